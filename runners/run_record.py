@@ -1,0 +1,164 @@
+"""The run record: ``metrics.json`` of ``shared/docs/run_contract.md`` (schema_version 1).
+
+Both backends write through :class:`RunRecord`, so the file has one shape whoever ran. The file
+is replaced atomically (temporary file in the same folder, then ``os.replace``); a non-finite
+number is written as ``null`` and reported through the ``runners.run_record`` logger.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+METRICS_FILE = "metrics.json"
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> str:
+    """Current time as ISO-8601 with timezone."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def clean_metrics(row: dict[str, Any], *, context: str) -> dict[str, Any]:
+    """Numbers as JSON numbers; non-finite values become ``None`` and are logged."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            out[key] = value
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            log.warning("non-finite value %r for %s at %s; written as null", value, key, context)
+            out[key] = None
+        else:
+            out[key] = value
+    return out
+
+
+class RunRecord:
+    """In-memory ``metrics.json`` with the contract's invariants enforced on every change."""
+
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path = Path(path)
+        self.data = data
+
+    # -- creation ---------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        run_dir: Path,
+        *,
+        name: str,
+        method: str,
+        seed: int,
+        backend: str,
+        total_steps: int,
+        config_sha256: str,
+        versions: dict[str, str],
+    ) -> RunRecord:
+        """Load the run's ``metrics.json`` if present (a resume), else start a new record."""
+        path = Path(run_dir) / METRICS_FILE
+        if path.exists():
+            data = json.loads(path.read_text())
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise ValueError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+            data["run"]["total_steps"] = total_steps
+            data["run"]["versions"] = versions
+            return cls(path, data)
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "run": {
+                "name": name,
+                "method": method,
+                "seed": seed,
+                "backend": backend,
+                "status": "running",
+                "total_steps": total_steps,
+                "last_step": 0,
+                "attempts": [],
+                "config_sha256": config_sha256,
+                "versions": versions,
+            },
+            "train": [],
+            "val": [],
+        }
+        return cls(path, data)
+
+    # -- attempts ---------------------------------------------------------------------------
+    def start_attempt(self, start_step: int) -> None:
+        """Record a new attempt starting after ``start_step``; rows past it are dropped.
+
+        Rows after the checkpoint the attempt resumes from were produced by a killed attempt
+        whose model state is lost; the new attempt recomputes them, so each step appears once.
+        """
+        self.truncate_after(start_step)
+        for attempt in self.data["run"]["attempts"]:
+            if attempt["ended"] is None:  # the previous attempt died without closing itself
+                attempt["ended"] = utc_now()
+                attempt["status"] = "killed"
+        self.data["run"]["attempts"].append(
+            {"started": utc_now(), "ended": None, "start_step": start_step, "end_step": None, "status": "running"}
+        )
+        self.data["run"]["status"] = "running"
+        self.save()
+
+    def end_attempt(self, status: str) -> None:
+        """Close the current attempt with ``status`` ("finished" or "failed")."""
+        attempt = self.data["run"]["attempts"][-1]
+        attempt["ended"] = utc_now()
+        attempt["end_step"] = self.last_step
+        attempt["status"] = status
+        self.data["run"]["status"] = status
+        self.save()
+
+    # -- rows -------------------------------------------------------------------------------
+    @property
+    def last_step(self) -> int:
+        train = self.data["train"]
+        return train[-1]["step"] if train else 0
+
+    def truncate_after(self, step: int) -> None:
+        self.data["train"] = [r for r in self.data["train"] if r["step"] <= step]
+        self.data["val"] = [r for r in self.data["val"] if r["step"] <= step]
+        self.data["run"]["last_step"] = self.last_step
+
+    def add_train(self, row: dict[str, Any]) -> None:
+        step = int(row["step"])
+        if step != self.last_step + 1:
+            raise ValueError(f"train step {step} does not follow step {self.last_step}")
+        self.data["train"].append(clean_metrics(row, context=f"train step {step}"))
+        self.data["run"]["last_step"] = step
+
+    def add_val(self, row: dict[str, Any]) -> None:
+        """Add an evaluation; a step evaluated again (a later attempt) replaces the earlier row."""
+        step = int(row["step"])
+        val = [r for r in self.data["val"] if r["step"] != step]
+        val.append(clean_metrics(row, context=f"val step {step}"))
+        self.data["val"] = sorted(val, key=lambda r: r["step"])
+
+    def save(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.data, indent=1, allow_nan=False) + "\n")
