@@ -1,0 +1,197 @@
+"""Synthetic run directories in the shape of run_contract.md, for tests, the benchmark and demos.
+
+:func:`write_run` writes one run from explicit per-sample correctness arrays, so a test knows
+every answer by construction. :func:`build_sweep` writes a whole random sweep (methods x seeds,
+train metrics, evaluations every ``eval_every`` steps) whose accuracies follow a simple model:
+problem j of a set has difficulty logit ``b_j``; at step s method m solves it with probability
+``sigmoid(b_j + lift_m * s / total_steps)``. ``metrics.json`` is written through the project's
+own :class:`runners.run_record.RunRecord`, so the files are what a backend would write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from analysis.contract import (
+    CONFIG_FILE,
+    VAL_DIR,
+    is_sc_arm,
+    is_tis_arm,
+    required_train_metrics,
+    val_file_name,
+    val_metric_names,
+)
+from runners.run_record import RunRecord
+
+DEFAULT_LIFT = {"pg": 0.3, "tis": 0.5, "sc": 0.9, "sc_tis": 1.0}
+
+
+def problem_ids(ds: str, n: int) -> list[str]:
+    """Problem ids ``<ds>-00``, ``<ds>-01``, ... (zero padded so string order is numeric order)."""
+    width = max(2, len(str(n - 1)))
+    return [f"{ds}-{j:0{width}d}" for j in range(n)]
+
+
+def synthetic_train_row(method: str, step: int, total_steps: int, rng: np.random.Generator) -> dict[str, float]:
+    """One plausible train row holding exactly the metrics ``method`` must log."""
+    frac = step / max(total_steps, 1)
+    row: dict[str, float] = {
+        "critic/score/mean": float(np.clip(-0.6 + 0.8 * frac + rng.normal(0, 0.15), -1, 1)),
+        "response_length/mean": float(600 + 400 * frac + rng.normal(0, 40)),
+        "response/truncation_ratio": float(np.clip(0.05 + 0.05 * frac + rng.normal(0, 0.02), 0, 1)),
+        "batch/zero_variance_group_ratio": float(np.clip(0.5 - 0.2 * frac + rng.normal(0, 0.05), 0, 1)),
+        "actor/entropy": float(max(0.05, 0.9 - 0.5 * frac + rng.normal(0, 0.05))),
+        "actor/pg_loss": float(rng.normal(0, 0.05)),
+        "actor/grad_norm": float(abs(rng.normal(0.5, 0.15))),
+        "actor/ppo_kl": float(abs(rng.normal(1e-3, 5e-4))),
+        "training/off_policy/trajectory_staleness/mean": float(abs(rng.normal(1.0, 0.2))),
+        "training/off_policy/evicted_samples": float(rng.poisson(0.5)),
+        "timing_s/step": float(abs(rng.normal(30, 3))),
+        "timing_s/gen": float(abs(rng.normal(20, 2))),
+        "timing_s/update_actor": float(abs(rng.normal(8, 1))),
+    }
+    if is_tis_arm(method):
+        row["actor/tis_clip_fraction"] = float(np.clip(rng.normal(0.01, 0.004), 0, 1))
+        row["actor/tis_weight_mean"] = float(rng.normal(1.0, 0.01))
+    if is_sc_arm(method):
+        row["actor/sc_correction"] = float(rng.normal(0, 0.01))
+        row["actor/sc_sampler_head_mass"] = float(np.clip(rng.normal(0.97, 0.005), 0, 1))
+        row["actor/sc_train_head_mass"] = float(np.clip(rng.normal(0.96, 0.005), 0, 1))
+    assert set(row) == set(required_train_metrics(method))
+    return row
+
+
+def write_val_file(path: Path, acc: Mapping[str, np.ndarray], problems: Mapping[str, Sequence[str]],
+                   rng: np.random.Generator | None = None) -> dict[str, float]:
+    """Write one ``val/step_NNNNNN.jsonl`` from ``acc[ds]`` of shape (n_problems, k) with 0/1 values.
+
+    Returns the contract's val metrics of this evaluation (``val-core/<ds>/acc/mean@<k>`` etc).
+    """
+    rng = rng or np.random.default_rng(0)
+    lines: list[str] = []
+    metrics: dict[str, float] = {}
+    for ds, a in acc.items():
+        a = np.asarray(a, dtype=int)
+        n_problems, k = a.shape
+        lengths = rng.integers(200, 4000, size=a.shape)
+        truncated = lengths > 3900
+        ids = problems[ds]
+        for j in range(n_problems):
+            for s in range(k):
+                lines.append(json.dumps({
+                    "data_source": ds, "problem_id": ids[j], "sample": s,
+                    "score": 1.0 if a[j, s] else -1.0, "acc": int(a[j, s]),
+                    "response_length": int(lengths[j, s]), "truncated": bool(truncated[j, s]),
+                }))
+        core, length_name, trunc_name = val_metric_names(ds, k)
+        metrics[core] = float(a.mean())
+        metrics[length_name] = float(lengths.mean())
+        metrics[trunc_name] = float(truncated.mean())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return metrics
+
+
+def write_run(
+    run_dir: str | Path,
+    *,
+    method: str,
+    seed: int,
+    evals: Mapping[int, Mapping[str, np.ndarray]],
+    problems: Mapping[str, Sequence[str]] | None = None,
+    total_steps: int | None = None,
+    last_step: int | None = None,
+    status: str = "finished",
+    train_rows: Sequence[Mapping[str, float]] | None = None,
+    rng_seed: int = 0,
+) -> Path:
+    """Write a complete run directory (config.yaml, metrics.json, val/*.jsonl).
+
+    ``evals[step][ds]`` is the 0/1 correctness matrix (n_problems, k) of the evaluation at
+    ``step``. ``problems[ds]`` names the rows (default :func:`problem_ids`). Train rows 1..last_step
+    are ``train_rows`` if given, else :func:`synthetic_train_row`. ``last_step`` defaults to
+    ``total_steps`` (itself default: the last evaluated step); ``status`` is the run's status
+    ("running" leaves the attempt open).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(rng_seed)
+    steps = sorted(evals)
+    total_steps = total_steps if total_steps is not None else (steps[-1] if steps else 0)
+    last_step = last_step if last_step is not None else total_steps
+    if problems is None:
+        first = evals[steps[0]] if steps else {}
+        problems = {ds: problem_ids(ds, np.asarray(a).shape[0]) for ds, a in first.items()}
+    config = f"method: {method}\nseed: {seed}\ntotal_steps: {total_steps}\nbackend: synthetic\n"
+    (run_dir / CONFIG_FILE).write_text(config)
+    record = RunRecord.open(
+        run_dir, name=run_dir.name, method=method, seed=seed, backend="synthetic", total_steps=total_steps,
+        config_sha256=hashlib.sha256(config.encode()).hexdigest(), versions={"project": "synthetic"},
+    )
+    record.start_attempt(0)
+    for step in range(1, last_step + 1):
+        row = dict(train_rows[step - 1]) if train_rows is not None else synthetic_train_row(method, step, total_steps, rng)
+        row["step"] = step
+        record.add_train(row)
+    for step in steps:
+        if step > last_step:
+            raise ValueError(f"evaluation at step {step} beyond last_step {last_step}")
+        metrics = write_val_file(run_dir / VAL_DIR / val_file_name(step), evals[step], problems, rng)
+        record.add_val({"step": step, **metrics})
+    if status == "running":
+        record.save()
+    else:
+        record.end_attempt(status)
+    return run_dir
+
+
+def build_sweep(
+    sweep_dir: str | Path,
+    *,
+    methods: Sequence[str] = ("pg", "tis", "sc", "sc_tis"),
+    seeds: Sequence[int] = (1,),
+    total_steps: int = 100,
+    eval_every: int = 20,
+    sets: Mapping[str, int] | None = None,
+    k: int = 8,
+    running: Mapping[str, int] | None = None,
+    lift: Mapping[str, float] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a random sweep: one run ``<method>-seed<seed>`` per method and seed.
+
+    Evaluations at steps 0, ``eval_every``, ... ``total_steps``; ``sets`` maps set name to problem
+    count (default aime2024 and aime2025 with 30 each); ``running[run_name] = step`` leaves that
+    run in progress at ``step``; ``lift[method]`` is its logit gain over training (default
+    :data:`DEFAULT_LIFT`, 0.6 for other names). Deterministic given ``seed``.
+    """
+    sweep_dir = Path(sweep_dir)
+    sets = dict(sets or {"aime2024": 30, "aime2025": 30})
+    running = dict(running or {})
+    lift = {**DEFAULT_LIFT, **(lift or {})}
+    rng = np.random.default_rng(seed)
+    difficulty = {ds: rng.normal(-0.3, 1.6, size=n) for ds, n in sets.items()}
+    problems = {ds: problem_ids(ds, n) for ds, n in sets.items()}
+    for mi, method in enumerate(methods):
+        for si, run_seed in enumerate(seeds):
+            name = f"{method}-seed{run_seed}"
+            last = running.get(name, total_steps)
+            run_rng = np.random.default_rng([seed, mi, si])
+            evals = {}
+            for step in range(0, last + 1, eval_every):
+                gain = lift.get(method, 0.6) * step / max(total_steps, 1)
+                evals[step] = {
+                    ds: (run_rng.random((n, k)) < 1 / (1 + np.exp(-(difficulty[ds][:, None] + gain)))).astype(int)
+                    for ds, n in sets.items()
+                }
+            write_run(
+                sweep_dir / name, method=method, seed=run_seed, evals=evals, problems=problems,
+                total_steps=total_steps, last_step=last, status="running" if name in running else "finished",
+                rng_seed=int(run_rng.integers(1 << 31)),
+            )
+    return sweep_dir
