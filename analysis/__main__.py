@@ -1,0 +1,64 @@
+"""``python -m analysis SWEEP_DIR``: write the comparison report of a sweep (see analysis.report)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.load import SweepError
+from analysis.report import DEFAULT_KS, parse_checkpoints, write_report
+from analysis.stats import N_BOOT, SEED
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--k expects comma-separated integers, got {text!r}") from e
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"--k values must be >= 1, got {text!r}")
+    return ks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="Turn a sweep of run directories into mean@k comparison tables with error bars, "
+                    "paired tests, pass@k and curves (written to SWEEP_DIR/report/ unless --out).")
+    parser.add_argument("sweep_dir", type=Path, help="folder holding the run directories of one sweep")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
+    parser.add_argument("--checkpoint", default="both",
+                        help="final, best, both (default) or an evaluated step number; comma-separate several")
+    parser.add_argument("--k", type=_ks, default=list(DEFAULT_KS),
+                        help="k values of pass@k, comma-separated (default 1,2,4,8; k above the samples per "
+                             "problem are skipped)")
+    parser.add_argument("--n-boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    parser.add_argument("--seed", type=int, default=SEED, help=f"seed of resampling and permutations (default {SEED})")
+    parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    args = parser.parse_args(argv)
+    try:
+        checkpoints = parse_checkpoints(args.checkpoint)
+    except ValueError as e:
+        parser.error(str(e))
+    start = time.perf_counter()
+    try:
+        report = write_report(args.sweep_dir, args.out, checkpoints, args.k, args.n_boot, args.seed,
+                              figures=not args.no_figures)
+    except SweepError as e:
+        print(f"error: cannot analyse {args.sweep_dir}:", file=sys.stderr)
+        for line in e.problems:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    runs = report.sweep.runs
+    print(f"{len(runs)} runs ({int(runs['in_progress'].sum())} in progress), {report.sweep.k} samples per problem, "
+          f"sets {', '.join(report.sweep.sets)}; {time.perf_counter() - start:.1f} s")
+    for path in report.files.values():
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""Write ``<sweep>/report/``: the tables and figures of run_contract.md plus the human summary.
+
+Files: ``comparison.csv``, ``paired.csv`` (columns exactly those of the contract), ``passk.csv``
+(unbiased pass@k), ``comparison.md`` (everything in words and tables), ``eval_curves.png``,
+``train_curves.png``, ``per_problem.png``. :func:`build_report` computes everything and
+returns a :class:`Report`; :func:`write_report` also writes the files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import plots
+from analysis.load import REPORT_DIR, Sweep, load_sweep
+from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
+from analysis.tables import (
+    AVG,
+    checkpoint_note,
+    comparison_table,
+    eval_curves_table,
+    paired_table,
+    passk_table,
+    seed_aggregate_table,
+    seeds_per_method,
+)
+
+ALPHA = 0.05
+DEFAULT_KS = (1, 2, 4, 8)
+
+
+@dataclass
+class Report:
+    """Everything the report shows, as frames, plus the paths written (if any)."""
+
+    sweep: Sweep
+    checkpoints: list[str | int]
+    comparison: pd.DataFrame  # per-run rows followed, per method, by its seed-aggregate row
+    paired: pd.DataFrame
+    passk: pd.DataFrame
+    curves: pd.DataFrame
+    n_boot: int
+    seed: int
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def checkpoint_labels(self) -> list[str]:
+        return list(dict.fromkeys(self.comparison["checkpoint"]))
+
+
+def parse_checkpoints(spec: str | Sequence[str | int]) -> list[str | int]:
+    """``"both"`` -> [final, best]; ``"final"``, ``"best"``, an integer step, or a comma list of these."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str | int] = []
+    for item in items:
+        item = item.strip() if isinstance(item, str) else item
+        if item == "both":
+            out += ["final", "best"]
+        elif item in ("final", "best"):
+            out.append(item)
+        elif isinstance(item, int) or (isinstance(item, str) and item.isdigit()):
+            out.append(int(item))
+        else:
+            raise ValueError(f"checkpoint {item!r}: expected final, best, both or an evaluated step number")
+    return list(dict.fromkeys(out))
+
+
+def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | int] = "both",
+                 ks: Sequence[int] = DEFAULT_KS, n_boot: int = N_BOOT, seed: int = SEED) -> Report:
+    """Compute every table of the report for ``sweep`` (a loaded sweep or a sweep directory)."""
+    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
+    cps = parse_checkpoints(checkpoints)
+    resampler = Resampler(n_boot=n_boot, seed=seed)
+    comp = comparison_table(sweep, cps, resampler)
+    agg = seed_aggregate_table(comp)
+    if not agg.empty:  # each method's aggregate row right after its seeds
+        comp = pd.concat([comp, agg], ignore_index=True)
+        comp["_agg"] = comp["seed"].isna()
+        comp["_m"] = comp["method"].map({m: i for i, m in enumerate(sweep.methods)})
+        comp["_c"] = comp["checkpoint"].map({c: i for i, c in enumerate(dict.fromkeys(comp["checkpoint"]))})
+        comp["_d"] = comp["data_source"].map({d: i for i, d in enumerate([*sweep.sets, AVG])})
+        comp["_r"] = comp["run"].map({r: i for i, r in enumerate(sweep.runs.index)}).fillna(len(sweep.runs))
+        comp = comp.sort_values(["_c", "_m", "_agg", "_r", "_d"], kind="stable").drop(
+            columns=["_agg", "_m", "_c", "_d", "_r"]).reset_index(drop=True)
+    return Report(
+        sweep=sweep, checkpoints=cps, comparison=comp,
+        paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
+        passk=passk_table(sweep, cps, ks), curves=eval_curves_table(sweep, resampler, by="run"),
+        n_boot=n_boot, seed=seed,
+    )
+
+
+def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
+                 checkpoints: str | Sequence[str | int] = "both", ks: Sequence[int] = DEFAULT_KS,
+                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True) -> Report:
+    """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``)."""
+    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed)
+    out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    files = report.files
+    files["comparison.csv"] = out / "comparison.csv"
+    report.comparison.to_csv(files["comparison.csv"], index=False)
+    files["paired.csv"] = out / "paired.csv"
+    report.paired.to_csv(files["paired.csv"], index=False)
+    files["passk.csv"] = out / "passk.csv"
+    report.passk.to_csv(files["passk.csv"], index=False)
+    if figures:
+        resampler = Resampler(n_boot=n_boot, seed=seed)
+        files["eval_curves.png"] = plots.save(plots.eval_curves(report.sweep, resampler, report.curves),
+                                              out / "eval_curves.png")
+        files["train_curves.png"] = plots.save(plots.train_curves(report.sweep), out / "train_curves.png")
+        files["per_problem.png"] = plots.save(plots.per_problem(report.sweep, "final"), out / "per_problem.png")
+    files["comparison.md"] = out / "comparison.md"
+    files["comparison.md"].write_text(markdown(report, figures=figures))
+    return report
+
+
+# -- markdown -------------------------------------------------------------------------------------
+def _f(x: float, digits: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _p(p: float, eq: bool = False) -> str:
+    """p-value text: ``<0.001`` or three decimals (with ``eq``: ``< 0.001`` / ``= 0.123``)."""
+    if p < 0.001:
+        return "< 0.001" if eq else "<0.001"
+    return f"= {p:.3f}" if eq else f"{p:.3f}"
+
+
+def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA) -> str:
+    """``distinguishable`` if p < alpha and the interval excludes 0; ``borderline`` if only one
+    of the two holds; ``within noise`` otherwise."""
+    significant, excludes = p < alpha, lo > 0 or hi < 0
+    if significant and excludes:
+        return "distinguishable"
+    if significant or excludes:
+        return "borderline"
+    return "within noise"
+
+
+def _run_cell(sweep: Sweep, run: str) -> str:
+    if run in sweep.runs.index and sweep.runs.at[run, "in_progress"]:
+        return f"{run} †"
+    if run in sweep.runs.index and sweep.runs.at[run, "status"] == "failed":
+        return f"{run} ‡"
+    return run if run in sweep.runs.index else f"**{run}**"
+
+
+def _runs_section(sweep: Sweep) -> list[str]:
+    rows = []
+    for run, r in sweep.runs.iterrows():
+        state = r["status"] + (" †" if r["in_progress"] else " ‡" if r["status"] == "failed" else "")
+        rows.append([run, r["method"], str(r["seed"]), r["backend"], state, f"{r['last_step']}/{r['total_steps']}",
+                     str(r["n_evals"]), "—" if r["n_evals"] == 0 else str(int(r["last_eval_step"]))])
+    out = ["## Runs", "", _md_table(["run", "method", "seed", "backend", "status", "trained steps",
+                                     "evaluations", "last evaluated step"], rows), ""]
+    notes = []
+    running = sweep.runs.index[sweep.runs["in_progress"]].tolist()
+    if running:
+        notes.append(f"† Still running: {', '.join(running)}. Their `final` is the last evaluation so far; "
+                     "rerun the report when they finish.")
+    failed = sweep.runs.index[sweep.runs["status"] == "failed"].tolist()
+    if failed:
+        notes.append(f"‡ Failed: {', '.join(failed)}. Their `final` is their last evaluation before the failure.")
+    unevaluated = [r for r in sweep.runs.index if sweep.runs.at[r, "n_evals"] == 0]
+    if unevaluated:
+        notes.append(f"Not in the tables (no evaluation yet): {', '.join(unevaluated)}.")
+    finals = {r: int(sweep.steps(r)[-1]) for r in sweep.evaluated_runs}
+    if len(set(finals.values())) > 1:
+        notes.append("**The `final` checkpoints are at different steps** ("
+                     + ", ".join(f"{r}: {s}" for r, s in finals.items())
+                     + "), so `final` rows compare runs at unequal training budgets.")
+    if sweep.ignored:
+        notes.append("Ignored folders (no metrics.json, config.yaml or val/): "
+                     + ", ".join(p.name for p in sweep.ignored) + ".")
+    return out + [n + "\n" for n in notes]
+
+
+def _seed_note(sweep: Sweep) -> str:
+    counts = seeds_per_method(sweep)
+    if all(n == 1 for n in counts.values()):
+        return ("Every method has a single seed. The ± and intervals measure only the noise of sampling "
+                "these problems and responses; they do not include seed-to-seed variation of training, "
+                "which for RL runs is often as large as the differences between methods.")
+    multi = {m: n for m, n in counts.items() if n > 1}
+    single = [m for m, n in counts.items() if n == 1]
+    text = ("Bold rows aggregate the seeds of a method: mean over seeds ± standard deviation over seeds "
+            "(sd), and in brackets mean ± t(0.975, seeds-1)·sd/√seeds. "
+            + ", ".join(f"{m}: {n} seeds" for m, n in multi.items()) + ".")
+    if single:
+        text += f" Single seed: {', '.join(single)}."
+    return text
+
+
+def _comparison_section(report: Report, label: str) -> list[str]:
+    sweep, comp = report.sweep, report.comparison
+    c = comp[comp["checkpoint"] == label]
+    sets = [*sweep.sets, AVG]
+    rows = []
+    for run, g in c.groupby("run", sort=False):
+        g = g.set_index("data_source")
+        is_agg = pd.isna(g["seed"].iloc[0])
+        cells = []
+        for ds in sets:
+            r = g.loc[ds]
+            if is_agg:
+                n_seeds = int(run.split("mean of ")[1].split()[0])
+                sd = r["se"] * np.sqrt(n_seeds)
+                cells.append(f"**{_f(r['mean_at_k'])} ± {_f(sd)} sd** [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
+            else:
+                cells.append(f"{_f(r['mean_at_k'])} ± {_f(r['se'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
+        step = g["step"].iloc[0]
+        rows.append([_run_cell(sweep, run), "—" if pd.isna(step) else str(int(step)), *cells])
+    title = f"## mean@{sweep.k} at the `{label}` checkpoint"
+    header = ["run", "step", *[f"{ds} (n={len(sweep.problems[ds])})" for ds in sweep.sets],
+              f"avg (n={sum(len(p) for p in sweep.problems.values())})"]
+    return [title, "", f"Checkpoint: {checkpoint_note(label)}.", "",
+            f"Cells: mean@{sweep.k} ± standard error [95% percentile bootstrap over problems, "
+            f"{report.n_boot:,} resamples; stratified by set for avg].", "",
+            _md_table(header, rows), "", _seed_note(sweep), ""]
+
+
+def _paired_section(report: Report) -> list[str]:
+    paired = report.paired
+    out = ["## Paired differences between methods", "",
+           "diff = mean over problems of (method a's per-problem mean@k − method b's), the problems "
+           "aligned by problem_id (a method with several seeds: its seeds' per-problem means averaged). "
+           "95% paired bootstrap interval over problems; p = two-sided paired sign-flip permutation test. "
+           f"Verdict: *distinguishable* when p < {ALPHA} and the interval excludes 0, *borderline* when "
+           "only one of the two holds, *within noise* otherwise.", ""]
+    if paired.empty:
+        return out + ["Only one method is evaluated; there is nothing to pair.", ""]
+    n_tests = len(paired)
+    for label in dict.fromkeys(paired["checkpoint"]):
+        p = paired[paired["checkpoint"] == label]
+        rows, dist = [], []
+        for r in p.itertuples(index=False):
+            v = verdict(r.p_value, r.ci_low, r.ci_high)
+            rows.append([f"{r.method_a} − {r.method_b}", r.data_source, f"{r.diff:+.3f}",
+                         f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", _p(r.p_value), str(r.n_problems), v])
+            if v == "distinguishable":
+                higher = r.method_a if r.diff > 0 else r.method_b
+                dist.append(f"- {r.data_source}: {r.method_a} − {r.method_b} = {r.diff:+.3f} "
+                            f"(95% CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], p {_p(r.p_value, eq=True)}): "
+                            f"**{higher} is higher**")
+        out += [f"### `{label}` checkpoint", "",
+                _md_table(["a − b", "set", "diff", "95% CI", "p", "problems", "verdict"], rows), ""]
+        if dist:
+            out += [f"Distinguishable from noise at the `{label}` checkpoint ({len(dist)} of {len(rows)}):", "",
+                    *dist, "", f"The other {len(rows) - len(dist)} differences are borderline or within noise: "
+                    "this sweep cannot tell those methods apart.", ""]
+        else:
+            out += [f"At the `{label}` checkpoint no difference is distinguishable from noise.", ""]
+    out += [f"These are {n_tests} tests at the {ALPHA} level, uncorrected for multiplicity: even if all methods "
+            f"were equal, about {ALPHA * n_tests:.1f} of them would come out 'distinguishable' by chance. "
+            "Rows of one checkpoint share the problems, so they are not independent either.", ""]
+    return out
+
+
+def _passk_section(report: Report) -> list[str]:
+    sweep, pk = report.sweep, report.passk
+    if pk.empty:
+        return []
+    ks = sorted(pk["k"].unique())
+    out = ["## pass@k (unbiased estimator)", "",
+           f"pass@k = mean over problems of 1 − C(n−c, k)/C(n, k) with n = {sweep.k} samples and c correct "
+           "(the combinatorial estimator of Chen et al. 2021, not a bootstrap of best-of-k); avg = mean of the sets. "
+           "pass@1 equals mean@k.", ""]
+    for label in dict.fromkeys(pk["checkpoint"]):
+        p = pk[pk["checkpoint"] == label]
+        rows = []
+        for (run, ds), g in p.groupby(["run", "data_source"], sort=False):
+            g = g.set_index("k")
+            rows.append([_run_cell(sweep, run), ds, *[_f(g.at[k, "pass_at_k"]) for k in ks]])
+        out += [f"### `{label}` checkpoint", "", _md_table(["run", "set", *[f"pass@{k}" for k in ks]], rows), ""]
+    return out
+
+
+def markdown(report: Report, figures: bool = True) -> str:
+    """The human-facing ``comparison.md`` of ``report``."""
+    sweep = report.sweep
+    sets = ", ".join(f"{ds} ({len(sweep.problems[ds])} problems)" for ds in sweep.sets)
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    out = [f"# Ablation report: {sweep.root.name}", "",
+           f"Sweep `{sweep.root}`; generated {now} by `python -m analysis`. "
+           f"Evaluation protocol shared by every run: {sweep.k} samples per problem; sets: {sets}. "
+           f"All numbers are computed from the per-sample jsonl files. Bootstrap: {report.n_boot:,} "
+           f"resamples, numpy default_rng seeded with {report.seed}.", ""]
+    out += _runs_section(sweep)
+    for label in report.checkpoint_labels:
+        out += _comparison_section(report, label)
+    out += _paired_section(report)
+    out += _passk_section(report)
+    if figures:
+        out += ["## Figures", "",
+                f"- `eval_curves.png`: mean@{sweep.k} per set and avg against training step, raw (no smoothing), "
+                "with each point's 95% bootstrap band over problems.",
+                "- `train_curves.png`: training metrics as backward 20-step moving averages (the value at step s "
+                "is the mean of steps s−19..s); an arm that does not log a metric is absent from its panel.",
+                "- `per_problem.png`: per-problem accuracy of every run at its final checkpoint; problems sorted "
+                "hardest to easiest within each set, so columns whose colour changes between rows are the "
+                "problems that move.", "",
+                "![eval curves](eval_curves.png)", "", "![train curves](train_curves.png)", "",
+                "![per-problem accuracy](per_problem.png)", ""]
+    return "\n".join(out)
