@@ -532,10 +532,13 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
         if not vpath.is_file():
             issues.add(vpath, f"missing (metrics.json has a val row for step {step})")
             continue
+        before = len(issues.result())
         vf = _read_val_file(vpath, step, issues)
         if vf is None:
             continue
         data.val_files[step] = vf
+        if len(issues.result()) > before:
+            continue  # the file's own lines are broken: cross-checks on the rest would only mislead
         n, problems = _check_val_file(vf, row, mpath, issues)
         if first_path is None:
             data.k, data.problems, first_path = n, problems, vpath

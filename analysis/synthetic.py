@@ -195,3 +195,34 @@ def build_sweep(
                 rng_seed=int(run_rng.integers(1 << 31)),
             )
     return sweep_dir
+
+
+# Correct-sample counts (out of KNOWN_K) per problem of the sweep written by write_known_sweep:
+# KNOWN_COUNTS[method][step][set]. pg ties its avg at steps 10 and 20 (best = the earlier, 10).
+KNOWN_K = 4
+KNOWN_COUNTS: dict[str, dict[int, dict[str, list[int]]]] = {
+    "pg": {0: {"alpha": [0, 1, 2, 4], "beta": [0, 0, 4]},
+           10: {"alpha": [1, 1, 2, 4], "beta": [1, 0, 4]},
+           20: {"alpha": [1, 2, 2, 3], "beta": [0, 1, 4]}},
+    "sc": {0: {"alpha": [0, 1, 2, 4], "beta": [0, 0, 4]},
+           10: {"alpha": [2, 2, 3, 4], "beta": [1, 2, 4]},
+           20: {"alpha": [2, 3, 3, 4], "beta": [1, 1, 4]}},
+}
+
+
+def counts_to_acc(counts: Sequence[int], k: int) -> np.ndarray:
+    """(n_problems, k) 0/1 matrix whose row j has ``counts[j]`` ones (the first samples correct)."""
+    return (np.arange(k)[None, :] < np.asarray(counts)[:, None]).astype(int)
+
+
+def write_known_sweep(sweep_dir: str | Path) -> Path:
+    """A tiny sweep whose every statistic is known by construction (see :data:`KNOWN_COUNTS`).
+
+    Runs ``pg-seed1`` and ``sc-seed1``, 20 train steps, evaluations at 0, 10, 20; sets ``alpha``
+    (4 problems) and ``beta`` (3 problems); :data:`KNOWN_K` samples per problem.
+    """
+    sweep_dir = Path(sweep_dir)
+    for method, evals in KNOWN_COUNTS.items():
+        acc = {step: {ds: counts_to_acc(c, KNOWN_K) for ds, c in sets.items()} for step, sets in evals.items()}
+        write_run(sweep_dir / f"{method}-seed1", method=method, seed=1, evals=acc, total_steps=20)
+    return sweep_dir

@@ -1,0 +1,31 @@
+"""results/review.ipynb executes headlessly from top to bottom on a fixture sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from analysis.synthetic import build_sweep
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "results" / "review.ipynb"
+
+
+def test_review_notebook_runs(tmp_path, monkeypatch):
+    sweep = build_sweep(tmp_path / "nb-sweep", methods=("pg", "sc"), total_steps=20, eval_every=10,
+                        sets={"a": 6, "b": 5}, k=4, running={"sc-seed1": 15})
+    monkeypatch.setenv("ANALYSIS_SWEEP_DIR", str(sweep))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert f"sweep: {sweep}" in text and "2 runs; 4 samples per problem" in text
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 3  # eval curves, train curves, per-problem matrix
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "sc-seed1" in html and "single seed" in "".join(
+        o.get("data", {}).get("text/markdown", "") for o in outputs)

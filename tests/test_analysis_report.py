@@ -1,0 +1,133 @@
+"""python -m analysis end to end: the files and columns of run_contract.md, the words of the summary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main
+from analysis.report import build_report, parse_checkpoints, verdict, write_report
+from analysis.synthetic import build_sweep, write_known_sweep
+from analysis.tables import COMPARISON_COLUMNS, PAIRED_COLUMNS, PASSK_COLUMNS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("r") / "sweep"
+    return build_sweep(root, total_steps=40, eval_every=10, sets={"aime2024": 12, "aime2025": 10}, k=4,
+                       running={"sc-seed1": 25})
+
+
+@pytest.fixture(scope="module")
+def written(sweep_dir):
+    assert main([str(sweep_dir)]) == 0
+    return sweep_dir / "report"
+
+
+def test_report_files(written):
+    assert sorted(p.name for p in written.iterdir()) == sorted([
+        "comparison.csv", "comparison.md", "paired.csv", "passk.csv", "eval_curves.png", "train_curves.png",
+        "per_problem.png"])
+    for name in ("eval_curves.png", "train_curves.png", "per_problem.png"):
+        data = (written / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+def test_csv_columns_and_rows(written):
+    comp = pd.read_csv(written / "comparison.csv")
+    assert list(comp.columns) == COMPARISON_COLUMNS
+    assert len(comp) == 4 * 3 * 2  # runs x (sets + avg) x (final, best)
+    assert set(comp["checkpoint"]) == {"final", "best"}
+    assert set(comp["data_source"]) == {"aime2024", "aime2025", "avg"}
+    sc = comp[(comp["run"] == "sc-seed1") & (comp["checkpoint"] == "final")]
+    assert set(sc["step"]) == {20}  # the running run's last evaluation
+    assert (comp["k"] == 4).all()
+    paired = pd.read_csv(written / "paired.csv")
+    assert list(paired.columns) == PAIRED_COLUMNS
+    assert len(paired) == 6 * 3 * 2  # method pairs x (sets + avg) x checkpoints
+    assert list(dict.fromkeys(zip(paired["method_a"], paired["method_b"], strict=True))) == [
+        ("pg", "tis"), ("pg", "sc"), ("pg", "sc_tis"), ("tis", "sc"), ("tis", "sc_tis"), ("sc", "sc_tis")]
+    assert ((paired["p_value"] > 0) & (paired["p_value"] <= 1)).all()
+    pk = pd.read_csv(written / "passk.csv")
+    assert list(pk.columns) == PASSK_COLUMNS and sorted(pk["k"].unique()) == [1, 2, 4]
+
+
+def test_markdown_words(written):
+    md = (written / "comparison.md").read_text()
+    assert "Every method has a single seed" in md
+    assert "selected on the test sets, optimistic" in md
+    assert "sc-seed1 †" in md and "Still running: sc-seed1" in md
+    assert "The `final` checkpoints are at different steps" in md
+    assert "pass@k (unbiased estimator)" in md
+    assert "distinguishable" in md or "no difference is distinguishable from noise" in md
+    assert "uncorrected for multiplicity" in md
+    assert "![eval curves](eval_curves.png)" in md
+
+
+def test_same_numbers_twice(sweep_dir, tmp_path, written):
+    write_report(sweep_dir, tmp_path / "again", figures=False)
+    for name in ("comparison.csv", "paired.csv", "passk.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(written / name), pd.read_csv(tmp_path / "again" / name))
+
+
+def test_options(sweep_dir, tmp_path):
+    out = tmp_path / "out"
+    assert main([str(sweep_dir), "--out", str(out), "--checkpoint", "best", "--k", "1,3",
+                 "--no-figures", "--n-boot", "500"]) == 0
+    comp = pd.read_csv(out / "comparison.csv")
+    assert set(comp["checkpoint"]) == {"best"}
+    assert sorted(pd.read_csv(out / "passk.csv")["k"].unique()) == [1, 3]
+    assert not (out / "eval_curves.png").exists()
+    assert main([str(sweep_dir), "--out", str(out), "--checkpoint", "10", "--no-figures", "--n-boot", "200"]) == 0
+    comp = pd.read_csv(out / "comparison.csv")
+    assert set(comp["checkpoint"]) == {"step_10"} and set(comp["step"]) == {10}
+    assert parse_checkpoints("both") == ["final", "best"]
+    with pytest.raises(ValueError, match="expected final, best, both"):
+        parse_checkpoints("last")
+
+
+def test_cli_errors_name_the_file(tmp_path):
+    root = tmp_path / "s"
+    build_sweep(root, methods=("pg", "sc"), total_steps=10, eval_every=10, sets={"a": 2}, k=2)
+    (root / "sc-seed1" / "val" / "step_000010.jsonl").unlink()
+    proc = subprocess.run([sys.executable, "-m", "analysis", str(root)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "sc-seed1/val/step_000010.jsonl: missing" in proc.stderr
+    assert not (root / "report").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "analysis", str(empty)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "empty sweep" in proc.stderr
+
+
+def test_multi_seed_report(tmp_path):
+    root = build_sweep(tmp_path / "s", methods=("pg", "sc"), seeds=(1, 2), total_steps=20, eval_every=10,
+                       sets={"a": 6, "b": 5}, k=2)
+    report = write_report(root, n_boot=500, figures=False)
+    comp = report.comparison
+    assert list(comp["run"].unique()) == ["pg-seed1", "pg-seed2", "pg (mean of 2 seeds)", "sc-seed1",
+                                          "sc-seed2", "sc (mean of 2 seeds)"]
+    md = report.files["comparison.md"].read_text()
+    assert "Bold rows aggregate the seeds" in md and "Every method has a single seed" not in md
+    assert "**pg (mean of 2 seeds)**" in md
+
+
+def test_known_sweep_report(tmp_path):
+    report = build_report(write_known_sweep(tmp_path / "k"), n_boot=1000)
+    p = report.paired.set_index(["data_source", "checkpoint"])
+    assert p.at[("alpha", "final"), "diff"] == -0.25 and p.at[("alpha", "final"), "p_value"] == 0.125
+    c = report.comparison.set_index(["run", "data_source", "checkpoint"])
+    assert c.at[("pg-seed1", "alpha", "final"), "mean_at_k"] == 0.5
+    assert np.isclose(c.at[("sc-seed1", "avg", "best"), "mean_at_k"], (11 / 16 + 7 / 12) / 2)
+
+
+def test_verdict():
+    assert verdict(0.01, 0.02, 0.2) == "distinguishable"
+    assert verdict(0.01, -0.01, 0.2) == "borderline"
+    assert verdict(0.2, -0.1, 0.1) == "within noise"
