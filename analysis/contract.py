@@ -24,7 +24,7 @@ What is checked (schema_version 1):
   ``val-core/<ds>/acc/mean@<n>``, ``val-aux/<ds>/response_length/mean`` and
   ``val-aux/<ds>/truncation_ratio`` for every evaluation set ``<ds>`` of its jsonl file, with the
   same sets and the same ``n`` in every row; values finite numbers or null.
-- ``val/step_NNNNNN.jsonl`` exists for every val row; every line is a JSON object with
+- ``val/step_NNNNNN.jsonl`` exists for every val row; every line is a JSON object with all of
   ``data_source`` and ``problem_id`` (strings), ``sample`` (integer >= 0), ``score`` (number or
   null), ``acc`` (0 or 1), ``response_length`` (number >= 0 or null), ``truncated`` (boolean);
   a problem id belongs to one set; every problem has exactly ``n`` samples numbered ``0..n-1``;
@@ -380,8 +380,12 @@ def _read_val_file(path: Path, step: int, issues: _Issues) -> ValFile | None:
         if not isinstance(obj, dict):
             issues.line(path, "line is not a JSON object", lineno, repr(obj)[:60])
             continue
-        ds, pid, sample = obj.get("data_source"), obj.get("problem_id"), obj.get("sample")
-        score, acc, length, trunc = obj.get("score"), obj.get("acc"), obj.get("response_length"), obj.get("truncated")
+        missing = [f for f in SAMPLE_FIELDS if f not in obj]
+        if missing:
+            issues.line(path, "missing fields", lineno, ", ".join(missing))
+            continue
+        ds, pid, sample = obj["data_source"], obj["problem_id"], obj["sample"]
+        score, acc, length, trunc = obj["score"], obj["acc"], obj["response_length"], obj["truncated"]
         ok = True
         if not isinstance(ds, str) or not ds:
             issues.line(path, "data_source must be a non-empty string", lineno, repr(ds))

@@ -134,7 +134,13 @@ def train_curves(sweep: Sweep, window: int = MOVING_AVERAGE_WINDOW, panels: list
         if runs:
             present.append((title, metric, runs))
     nrows, ncols = _grid(max(len(present), 1), 3)
-    fig = Figure(figsize=(5.0 * ncols, 3.0 * nrows + 0.7), layout="constrained")
+    legend_rows = -(-len(sweep.runs) // 4)
+    height = 3.0 * nrows + 1.2 + 0.25 * legend_rows
+    # fixed margins instead of a layout engine: this figure has many panels and constrained layout
+    # would double its rendering time
+    fig = Figure(figsize=(5.0 * ncols, height))
+    fig.subplots_adjust(left=0.06, right=0.985, top=1 - 0.75 / height, bottom=(0.7 + 0.25 * legend_rows) / height,
+                        hspace=0.42, wspace=0.2)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     styles = _seed_styles(sweep)
     methods = sweep.methods
@@ -158,8 +164,8 @@ def train_curves(sweep: Sweep, window: int = MOVING_AVERAGE_WINDOW, panels: list
         axes[0].set_visible(True)
         axes[0].text(0.5, 0.5, "no train metrics logged yet", ha="center", va="center")
     order = [r for r in sweep.runs.index if r in handles]
-    fig.legend([handles[r] for r in order], [run_label(sweep, r) for r in order], loc="outside lower center",
-               ncols=min(4, max(len(order), 1)), fontsize=9)
+    fig.legend([handles[r] for r in order], [run_label(sweep, r) for r in order], loc="lower center",
+               bbox_to_anchor=(0.5, 0.1 / height), ncols=min(4, max(len(order), 1)), fontsize=9)
     fig.suptitle(f"{sweep.root.name}: training metrics, backward {window}-step moving average "
                  f"(value at step s = mean of steps s-{window - 1}..s)")
     return fig

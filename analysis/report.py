@@ -207,6 +207,7 @@ def _comparison_section(report: Report, label: str) -> list[str]:
     sweep, comp = report.sweep, report.comparison
     c = comp[comp["checkpoint"] == label]
     sets = [*sweep.sets, AVG]
+    n_seeds = seeds_per_method(sweep)
     rows = []
     for run, g in c.groupby("run", sort=False):
         g = g.set_index("data_source")
@@ -215,8 +216,7 @@ def _comparison_section(report: Report, label: str) -> list[str]:
         for ds in sets:
             r = g.loc[ds]
             if is_agg:
-                n_seeds = int(run.split("mean of ")[1].split()[0])
-                sd = r["se"] * np.sqrt(n_seeds)
+                sd = r["se"] * np.sqrt(n_seeds[r["method"]])
                 cells.append(f"**{_f(r['mean_at_k'])} ± {_f(sd)} sd** [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
             else:
                 cells.append(f"{_f(r['mean_at_k'])} ± {_f(r['se'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")

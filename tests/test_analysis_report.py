@@ -131,3 +131,15 @@ def test_verdict():
     assert verdict(0.01, 0.02, 0.2) == "distinguishable"
     assert verdict(0.01, -0.01, 0.2) == "borderline"
     assert verdict(0.2, -0.1, 0.1) == "within noise"
+
+
+def test_failed_run_is_marked(tmp_path):
+    from analysis.synthetic import counts_to_acc, write_run
+
+    root = build_sweep(tmp_path / "s", methods=("pg",), total_steps=10, eval_every=5, sets={"a": 3}, k=2)
+    write_run(root / "sc-seed1", method="sc", seed=1, evals={0: {"a": counts_to_acc([0, 1, 2], 2)}},
+              total_steps=10, last_step=3, status="failed")
+    report = write_report(root, n_boot=200, figures=False)
+    md = report.files["comparison.md"].read_text()
+    assert "sc-seed1 ‡" in md and "Failed: sc-seed1" in md
+    assert report.comparison.query("run == 'sc-seed1' and checkpoint == 'final'")["step"].tolist() == [0, 0]

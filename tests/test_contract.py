@@ -183,6 +183,7 @@ def test_jsonl_line_schema(run_dir):
         lines[2]["truncated"] = "no"
         lines[3]["sample"] = -1
         del lines[4]["problem_id"]
+        lines[6]["problem_id"] = ""
         lines[5]["score"] = "NaN"
         return [*lines, "{not json"]
     _rewrite_lines(path, bad)
@@ -190,7 +191,8 @@ def test_jsonl_line_schema(run_dir):
     _one(v, "step_000003.jsonl", "acc must be 0 or 1", "line 1: 2", "line 2: True")
     _one(v, "truncated must be true or false", "line 3")
     _one(v, "sample must be an integer >= 0", "line 4")
-    _one(v, "problem_id must be a non-empty string", "line 5")
+    _one(v, "missing fields", "line 5: problem_id")
+    _one(v, "problem_id must be a non-empty string", "line 7")
     _one(v, "score must be a finite number or null", "line 6")
     _one(v, "invalid JSON", "line 11")
 
