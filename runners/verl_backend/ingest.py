@@ -1,0 +1,679 @@
+"""verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (shared/docs/run_contract.md).
+
+Inputs (paths from :mod:`runners.verl_backend.layout`; the launcher sets the verl keys)::
+
+    <run>/config.yaml                     resolved project config (cap, steps, method, seed, run name)
+    <run>/verl/attempt-NNN/metrics.jsonl  verl ``file`` logger of attempt NNN (VERL_FILE_LOGGER_PATH;
+                                          the logger truncates on open, so one file per attempt)
+    <run>/verl/validation/<step>.jsonl    verl validation dump (trainer.validation_data_dir)
+    <run>/verl/rollouts/<step>.jsonl      optional train rollout dump (trainer.rollout_data_dir)
+    <run>/checkpoints/latest_checkpointed_iteration.txt   resume point of an attempt with no lines yet
+
+:func:`ingest_run` rebuilds the whole record from these files each time it runs (idempotent), so
+it can be called while verl runs (status ``running``) and after it ends. CLI::
+
+    python -m runners.verl_backend.ingest RUN_DIR [--status finished|failed] [--watch SECONDS]
+
+Merging attempts. Each file-logger line is ``{"step": N, "data": {...}}``; keys starting with
+``val-`` are the evaluation at N, the rest the train step N (verl logs both on one line, and an
+evaluation before training -- step 0, or the resume step -- on a line of its own). An attempt
+resumes after step ``s`` = the step of its first line when that line is evaluation-only, else
+its first train step - 1. Every row of earlier attempts after ``s`` is dropped (that model state
+died with the attempt) and the attempt's own rows are added, so a re-logged or re-evaluated step
+comes from the later attempt. Train steps must then run 1..last without a gap; a gap raises
+:class:`IngestError` naming the missing steps and what each attempt logged. A torn last line (a
+line being written) is ignored; a torn line elsewhere raises.
+
+Train metric names (contract name <- verl 0.9.1 source; every other numeric verl metric is kept
+under its own name; a contract metric with no source is written as null and logged):
+
+===============================================  ====================================================
+contract                                         from verl
+===============================================  ====================================================
+critic/score/mean, response_length/mean,         the same names
+actor/pg_loss, actor/grad_norm, actor/ppo_kl,
+training/off_policy/trajectory_staleness/mean,
+timing_s/step, timing_s/gen, timing_s/update_actor,
+actor/tis_* (TIS arms), actor/sc_* (SC arms)
+actor/entropy                                    ``actor/entropy`` (log-prob pass), else
+                                                 ``actor/entropy_loss`` (update pass; bypass mode
+                                                 skips the log-prob pass)
+training/off_policy/evicted_samples              the same name; absent -> 0 (verl logs it only for a
+                                                 step that evicted stale groups)
+response/truncation_ratio                        share of responses with length >= the cap
+                                                 ``rollout.max_response_length``: verl's
+                                                 ``response_length/clip_ratio`` counts responses as
+                                                 long as the batch's longest, so it is that share
+                                                 when ``response_length/max`` reaches the cap and 0
+                                                 otherwise (a max above the cap is an error)
+batch/zero_variance_group_ratio                  the same name if logged; else from the rollout dump
+                                                 of the step (share of prompt groups, by uid, whose
+                                                 scores are all equal); else null
+===============================================  ====================================================
+
+Validation. Per evaluated step, the row keeps verl's ``val-*`` metrics of the winning attempt and
+sets, for each ``data_source`` ``<ds>`` of the dump, ``val-core/<ds>/acc/mean@<n>`` (mean acc of
+the dump's samples, each problem having exactly ``n``; verl's logged value is compared and a
+difference is logged), ``val-aux/<ds>/response_length/mean`` and ``val-aux/<ds>/truncation_ratio``
+(``response_length >= cap``). The dump line of a sample becomes ``{"data_source", "problem_id",
+"sample", "score", "acc", "response_length", "truncated"}``. verl's dump has only
+input/output/gts/score/step/uid plus the reward's extra info, so the launch config must use
+:mod:`ablations.reward` (``compute_score`` adds ``data_source`` and ``problem_id``,
+``LengthAwareRewardManager`` adds ``response_length``); a dump without them raises. ``sample`` is
+the rank of the rollout session id (``uid`` = ``<prompt uid>_<session>_<output>``; the last output
+of a session is kept). The newest evaluation is skipped (and logged) while its dump is missing or
+incomplete -- verl writes the dump in a background thread -- unless the record is being closed with
+``status="finished"``; for an earlier evaluation a missing or incomplete dump raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import math
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from runners.provenance import config_sha256, project_version
+from runners.run_record import METRICS_FILE, RunRecord, atomic_write_text
+from runners.verl_backend import layout
+
+log = logging.getLogger(__name__)
+
+VAL_PREFIX = "val-"
+VAL_DIR = "val"
+ROLLOUT_DUMP = "rollouts"
+ENTROPY_SOURCES = ("actor/entropy", "actor/entropy_loss")
+TRAIN_DIRECT = (
+    "critic/score/mean",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/ppo_kl",
+    "training/off_policy/trajectory_staleness/mean",
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/update_actor",
+)
+TIS_METRICS = ("actor/tis_clip_fraction", "actor/tis_weight_mean")
+SC_METRICS = ("actor/sc_correction", "actor/sc_sampler_head_mass", "actor/sc_train_head_mass")
+EVICTED = "training/off_policy/evicted_samples"
+TRUNCATION = "response/truncation_ratio"
+ZERO_VARIANCE = "batch/zero_variance_group_ratio"
+_VAL_CORE_ACC = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
+
+
+class IngestError(RuntimeError):
+    """verl's outputs cannot be turned into a valid run record; the message says where and why."""
+
+
+# -- config ---------------------------------------------------------------------------------------
+def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
+    """``cfg.a.b`` for a DictConfig or nested dicts; ``default`` when absent, null or unresolvable."""
+    node = cfg
+    for part in dotted.split("."):
+        try:
+            node = node[part]
+        except Exception:  # missing key, not a mapping, or an unresolvable ${hydra:...} interpolation
+            return default
+        if node is None:
+            return default
+    return node
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What ingestion needs from the run's config."""
+
+    name: str
+    method: str
+    seed: int
+    total_steps: int
+    response_cap: int
+    eval_n: int | None = None
+
+    @classmethod
+    def from_cfg(cls, cfg: Any, run_dir: Path) -> RunSpec:
+        cap = _get(cfg, "rollout.max_response_length")
+        total = _get(cfg, "trainer.total_steps")
+        if cap is None or total is None:
+            raise IngestError(f"{run_dir}: config needs rollout.max_response_length and trainer.total_steps")
+        eval_n = _get(cfg, "eval.n")
+        return cls(
+            name=str(_get(cfg, "run_name", run_dir.name)),
+            method=str(_get(cfg, "method.name", "unknown")),
+            seed=int(_get(cfg, "seed", 0)),
+            total_steps=int(total),
+            response_cap=int(cap),
+            eval_n=None if eval_n is None else int(eval_n),
+        )
+
+
+def load_config(run_dir: Path) -> Any:
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise IngestError(f"{path}: missing (the launcher writes the resolved config there)")
+    from omegaconf import OmegaConf
+
+    return OmegaConf.load(path)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the project and of the libraries a verl run depends on (installed ones only)."""
+    out = {"project": project_version()}
+    for dist in ("verl", "torch", "transformers", "vllm"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+# -- reading verl's files -------------------------------------------------------------------------
+@dataclass
+class AttemptLog:
+    """One attempt's file-logger lines, split into train and evaluation parts by step."""
+
+    number: int
+    path: Path
+    train: dict[int, dict[str, Any]] = field(default_factory=dict)
+    val: dict[int, dict[str, Any]] = field(default_factory=dict)
+    first_line_step: int | None = None
+    first_line_val_only: bool = False
+
+    @property
+    def resume_step(self) -> int | None:
+        """The step this attempt continues from (None when it has logged nothing yet)."""
+        if self.first_line_step is None:
+            return None
+        if self.first_line_val_only and (not self.train or self.first_line_step < min(self.train)):
+            return self.first_line_step
+        return min(self.train) - 1
+
+    @property
+    def span(self) -> str:
+        return f"train {min(self.train)}..{max(self.train)}" if self.train else "no train steps"
+
+
+def read_attempt(number: int, path: Path) -> AttemptLog:
+    attempt = AttemptLog(number=number, path=path)
+    if not path.is_file():
+        return attempt
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    # the logger writes a line and its newline in one call: only an unterminated last line is torn
+    torn_index = len(lines) - 1 if not text.endswith("\n") else -1
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            step, data = int(entry["step"]), entry["data"]
+            if not isinstance(data, dict):
+                raise TypeError("data is not an object")
+        except (ValueError, KeyError, TypeError) as err:
+            if i == torn_index:
+                log.warning("%s:%d: ignoring an incomplete last line (being written?)", path, i + 1)
+                continue
+            raise IngestError(f"{path}:{i + 1}: not a file-logger line ({err})") from err
+        train = {k: v for k, v in data.items() if not k.startswith(VAL_PREFIX)}
+        val = {k: v for k, v in data.items() if k.startswith(VAL_PREFIX)}
+        if attempt.first_line_step is None:
+            attempt.first_line_step, attempt.first_line_val_only = step, not train
+        if train:
+            attempt.train.setdefault(step, {}).update(train)
+        if val:
+            attempt.val.setdefault(step, {}).update(val)
+    return attempt
+
+
+def merge_attempts(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Train rows and val metrics by step, later attempts winning; a gap raises :class:`IngestError`."""
+    train: dict[int, dict] = {}
+    val: dict[int, dict] = {}
+
+    def gap(missing: list[int]) -> IngestError:
+        spans = "; ".join(f"attempt {a.number} ({a.path}): {a.span}" for a in attempts)
+        return IngestError(f"train steps {_short(missing)} are in no attempt's log ({spans})")
+
+    for a in attempts:
+        start = a.resume_step
+        if start is None:
+            continue
+        reached = max(train) if train else 0
+        if start > reached:
+            raise gap(list(range(reached + 1, start + 1)))
+        for rows in (train, val):
+            for step in [s for s in rows if s > start]:
+                del rows[step]
+        train.update(a.train)
+        val.update(a.val)
+    steps = sorted(train)
+    missing = sorted(set(range(1, steps[-1] + 1)) - set(steps)) if steps else []
+    if missing:
+        raise gap(missing)
+    return train, val
+
+
+def _short(items: list[int], limit: int = 10) -> str:
+    text = ", ".join(map(str, items[:limit]))
+    return f"[{text}{', ...' if len(items) > limit else ''}] ({len(items)})"
+
+
+def _number(value: Any) -> float | int | None:
+    """A finite number, or None (NaN/inf/missing); bools count as 0/1."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float) and math.isfinite(value):
+        return value
+    return None
+
+
+@dataclass
+class ValSample:
+    data_source: str
+    problem_id: str
+    sample: int
+    score: float | None
+    acc: int
+    response_length: int
+    truncated: bool
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "data_source": self.data_source,
+                "problem_id": self.problem_id,
+                "sample": self.sample,
+                "score": self.score,
+                "acc": self.acc,
+                "response_length": self.response_length,
+                "truncated": self.truncated,
+            }
+        )
+
+
+class IncompleteDump(IngestError):
+    """A validation dump that is missing, torn or lacks samples (may still be being written)."""
+
+
+def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[ValSample]:
+    """One verl validation dump as contract samples; :class:`IncompleteDump` when not complete."""
+    if not path.is_file():
+        raise IncompleteDump(f"{path}: missing (is trainer.validation_data_dir set to this folder?)")
+    sessions: dict[tuple[str, str, str], tuple[int, int, dict]] = {}
+    order = 0
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError as err:
+            raise IncompleteDump(f"{path}:{lineno}: not JSON ({err})") from err
+        missing = [k for k in ("data_source", "problem_id", "response_length") if entry.get(k) is None]
+        if missing:
+            raise IngestError(
+                f"{path}:{lineno}: dump line lacks {missing}; the launch config must use the project reward "
+                "(reward.custom_reward_function.path=pkg://ablations.reward, name=compute_score; "
+                "reward.reward_manager.source=importlib, name=LengthAwareRewardManager, "
+                "module.path=pkg://ablations.reward)"
+            )
+        uid = str(entry.get("uid", f"line{lineno}"))
+        parts = uid.rsplit("_", 2)
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            prompt_uid, session, output = parts[0], parts[1], int(parts[2])
+        else:
+            prompt_uid, session, output = uid, str(lineno), 0
+        key = (str(entry["problem_id"]), prompt_uid, session)
+        if key not in sessions or output > sessions[key][1]:
+            sessions[key] = (order if key not in sessions else sessions[key][0], output, entry)
+        order += 1
+    by_problem: dict[str, list[tuple[int, str, dict]]] = defaultdict(list)
+    for (pid, _uid, session), (first, _out, entry) in sessions.items():
+        by_problem[pid].append((int(session) if session.isdigit() else first, session, entry))
+    if not by_problem:
+        raise IncompleteDump(f"{path}: no samples")
+    counts = {pid: len(items) for pid, items in by_problem.items()}
+    n = n_expected if n_expected is not None else max(counts.values())
+    short = {pid: c for pid, c in counts.items() if c != n}
+    if short:
+        raise IncompleteDump(
+            f"{path}: problems without exactly {n} samples: "
+            + ", ".join(f"{p} has {c}" for p, c in sorted(short.items())[:5])
+        )
+    samples = []
+    for pid in sorted(by_problem):
+        sources = {str(e["data_source"]) for _, _, e in by_problem[pid]}
+        if len(sources) != 1:
+            raise IngestError(f"{path}: problem {pid} appears under data sources {sorted(sources)}")
+        for rank, (_key, _session, e) in enumerate(sorted(by_problem[pid], key=lambda t: t[0])):
+            length = int(e["response_length"])
+            acc = e.get("acc")
+            acc = (
+                (1 if float(acc) > 0 else 0)
+                if acc is not None
+                else (1 if float(e.get("score", -1)) > 0 else 0)
+            )
+            samples.append(
+                ValSample(
+                    data_source=str(e["data_source"]),
+                    problem_id=pid,
+                    sample=rank,
+                    score=_number(e.get("score")),
+                    acc=acc,
+                    response_length=length,
+                    truncated=length >= cap,
+                )
+            )
+    return samples
+
+
+def val_summary(samples: list[ValSample]) -> dict[str, float]:
+    """The contract's three per-set metrics from the samples of one evaluation."""
+    by_set: dict[str, list[ValSample]] = defaultdict(list)
+    for s in samples:
+        by_set[s.data_source].append(s)
+    n = max(s.sample for s in samples) + 1
+    out: dict[str, float] = {}
+    for ds, items in sorted(by_set.items()):
+        out[f"val-core/{ds}/acc/mean@{n}"] = sum(s.acc for s in items) / len(items)
+        out[f"val-aux/{ds}/response_length/mean"] = sum(s.response_length for s in items) / len(items)
+        out[f"val-aux/{ds}/truncation_ratio"] = sum(s.truncated for s in items) / len(items)
+    return out
+
+
+def zero_variance_from_rollouts(path: Path) -> float | None:
+    """Share of prompt groups (uid prefix) whose rollout scores are all equal; None without a dump."""
+    if not path.is_file():
+        return None
+    groups: dict[str, list[float]] = defaultdict(list)
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return None  # being written
+        uid = str(entry.get("uid", ""))
+        groups[uid.rsplit("_", 2)[0]].append(float(entry["score"]))
+    if not groups:
+        return None
+    return sum(max(v) == min(v) for v in groups.values()) / len(groups)
+
+
+# -- building rows --------------------------------------------------------------------------------
+def truncation_ratio(data: dict[str, Any], cap: int, step: int) -> float | None:
+    longest, clip = _number(data.get("response_length/max")), _number(data.get("response_length/clip_ratio"))
+    if longest is None or clip is None:
+        return None
+    if longest > cap:
+        raise IngestError(
+            f"train step {step}: response_length/max {longest} exceeds the configured cap {cap} "
+            "(rollout.max_response_length does not match verl's data.max_response_length)"
+        )
+    return float(clip) if longest >= cap else 0.0
+
+
+def train_row(
+    step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path, missing: dict
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": step}
+    for key, value in sorted(data.items()):  # every numeric verl metric, under verl's name
+        if isinstance(value, bool):
+            row[key] = int(value)
+        elif isinstance(value, int | float) or value is None:
+            row[key] = value  # RunRecord writes a non-finite value as null and logs it
+    for name in TRAIN_DIRECT:
+        row.setdefault(name, None)
+    row["actor/entropy"] = next((_number(data[k]) for k in ENTROPY_SOURCES if k in data), None)
+    row[EVICTED] = _number(data.get(EVICTED, 0))
+    row[TRUNCATION] = truncation_ratio(data, spec.response_cap, step)
+    if ZERO_VARIANCE not in data:
+        row[ZERO_VARIANCE] = zero_variance_from_rollouts(rollout_dir / f"{step}.jsonl")
+    if "tis" in spec.method:
+        for name in TIS_METRICS:
+            row.setdefault(name, None)
+    if "sc" in spec.method:
+        for name in SC_METRICS:
+            row.setdefault(name, None)
+    for name, value in row.items():
+        if value is None and name != "step":
+            missing[name].append(step)
+    return row
+
+
+def _status(
+    explicit: str | None, previous: dict[str, Any] | None, n_attempts: int, last: int, total: int
+) -> str:
+    if explicit is not None:
+        if explicit not in ("running", "finished", "failed"):
+            raise IngestError(f"status must be running, finished or failed, got {explicit!r}")
+        return explicit
+    if previous is not None:
+        prev_attempts = previous.get("attempts") or []
+        if (
+            previous.get("status") in ("finished", "failed")
+            and len(prev_attempts) == n_attempts
+            and previous.get("last_step") == last
+        ):
+            return previous["status"]
+    return "finished" if last >= total else "running"
+
+
+def _iso_mtime(path: Path, *, ctime: bool = False) -> str:
+    st = path.stat()
+    stamp = st.st_ctime if ctime else st.st_mtime
+    return dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(timespec="seconds")
+
+
+def _resume_point(run_dir: Path, last: int) -> int:
+    marker = layout.checkpoints_dir(run_dir) / "latest_checkpointed_iteration.txt"
+    try:
+        return min(int(marker.read_text().strip()), last)
+    except (OSError, ValueError):
+        return last
+
+
+def build_attempts(
+    run_dir: Path, logs: list[AttemptLog], previous: list[dict], status: str, last: int
+) -> list[dict[str, Any]]:
+    out = []
+    for i, a in enumerate(logs):
+        prev = previous[i] if i < len(previous) and isinstance(previous[i], dict) else {}
+        is_last = i == len(logs) - 1
+        where = a.path if a.path.exists() else a.path.parent
+        start = a.resume_step
+        if start is None:
+            start = prev.get("start_step", _resume_point(run_dir, last))
+        reached = max(a.train) if a.train else None
+        if is_last:
+            a_status = status
+            ended = None if status == "running" else (prev.get("ended") or _iso_mtime(where))
+            end_step = None if status == "running" else last
+        else:
+            a_status = prev.get("status") if prev.get("status") not in (None, "running") else "killed"
+            ended = prev.get("ended") or _iso_mtime(where)
+            end_step = reached
+        if end_step is not None and end_step < start:
+            end_step = start
+        out.append(
+            {
+                "started": prev.get("started") or _iso_mtime(where, ctime=True),
+                "ended": ended,
+                "start_step": int(start),
+                "end_step": end_step,
+                "status": a_status,
+            }
+        )
+    return out
+
+
+def _config_text(cfg: Any) -> str:
+    try:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_yaml(cfg)
+    except Exception:
+        return json.dumps(cfg, sort_keys=True, default=str)
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.is_file() and path.read_text() == text:
+        return False
+    atomic_write_text(path, text)
+    return True
+
+
+# -- the entry point ------------------------------------------------------------------------------
+def ingest_run(
+    run_dir: Path,
+    cfg: Any = None,
+    *,
+    status: str | None = None,
+    rollout_dump_dir: Path | None = None,
+) -> Path:
+    """Merge every attempt's verl logs of ``run_dir`` into its ``metrics.json``; return that path.
+
+    ``cfg`` is the resolved project config (read from ``run_dir/config.yaml`` when None).
+    ``status`` closes the record (``finished``/``failed``); None infers it (``finished`` once
+    ``trainer.total_steps`` steps are logged, else ``running``, unless an earlier call closed it).
+    """
+    run_dir = Path(run_dir).resolve()
+    cfg = load_config(run_dir) if cfg is None else cfg
+    spec = RunSpec.from_cfg(cfg, run_dir)
+    config_file = run_dir / "config.yaml"
+    sha = config_sha256(config_file.read_text() if config_file.is_file() else _config_text(cfg))
+    numbers = layout.attempts(run_dir)
+    logs = [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in numbers]
+    train, val_logged = merge_attempts(logs)
+    last = max(train) if train else 0
+    if last > spec.total_steps:
+        raise IngestError(
+            f"{run_dir}: train reaches step {last} beyond trainer.total_steps {spec.total_steps}"
+        )
+
+    previous = None
+    if (run_dir / METRICS_FILE).is_file():
+        try:
+            previous = json.loads((run_dir / METRICS_FILE).read_text()).get("run")
+        except (OSError, ValueError):
+            previous = None
+    run_status = _status(status, previous, len(logs), last, spec.total_steps)
+
+    rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else layout.verl_dir(run_dir) / ROLLOUT_DUMP
+    missing: dict[str, list[int]] = defaultdict(list)
+    rows = [train_row(s, train[s], spec, rollout_dir, missing) for s in sorted(train)]
+    for name, steps in missing.items():
+        log.warning(
+            "%s: %s has no source at %d of %d steps (first %d): written as null",
+            run_dir.name,
+            name,
+            len(steps),
+            len(rows),
+            steps[0],
+        )
+
+    dump_dir = layout.validation_dump_dir(run_dir)
+    val_rows: list[dict[str, Any]] = []
+    val_files: dict[int, str] = {}
+    val_steps = sorted(s for s in val_logged if s <= last)
+    for s in val_steps:
+        try:
+            samples = read_val_dump(dump_dir / f"{s}.jsonl", spec.response_cap, spec.eval_n)
+        except IncompleteDump as err:
+            if status != "finished" and s == val_steps[-1]:
+                log.warning("skipping the newest evaluation (step %d) until its dump is complete: %s", s, err)
+                continue
+            raise
+        summary = val_summary(samples)
+        logged = val_logged[s]
+        for key, value in summary.items():
+            m = _VAL_CORE_ACC.match(key)
+            if m and _number(logged.get(key)) is not None and abs(logged[key] - value) > 1e-6:
+                log.warning(
+                    "step %d: verl logged %s = %s, the dump gives %s (dump used)", s, key, logged[key], value
+                )
+        row = {"step": s}
+        row.update({k: v for k, v in sorted(logged.items()) if isinstance(v, int | float | type(None))})
+        row.update(summary)
+        val_rows.append(row)
+        val_files[s] = "".join(x.as_json() + "\n" for x in samples)
+
+    record = RunRecord.open(
+        run_dir,
+        name=spec.name,
+        method=spec.method,
+        seed=spec.seed,
+        backend="verl",
+        total_steps=spec.total_steps,
+        config_sha256=sha,
+        versions=versions(),
+    )
+    record.truncate_after(0)
+    for row in rows:
+        record.add_train(row)
+    for row in val_rows:
+        record.add_val(row)
+    prev_attempts = (previous or {}).get("attempts") or []
+    record.data["run"]["attempts"] = build_attempts(run_dir, logs, prev_attempts, run_status, last)
+    record.data["run"]["status"] = run_status
+    record.data["run"]["last_step"] = last
+
+    out_dir = run_dir / VAL_DIR
+    out_dir.mkdir(exist_ok=True)
+    for s, text in val_files.items():
+        _write_if_changed(out_dir / f"step_{s:06d}.jsonl", text)
+    for stale in out_dir.glob("step_*.jsonl"):
+        m = re.fullmatch(r"step_(\d+)\.jsonl", stale.name)
+        if m and int(m.group(1)) > last:
+            stale.unlink()  # an evaluation of a trajectory a resume discarded
+    record.save()
+    return record.path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m runners.verl_backend.ingest", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument(
+        "--status",
+        choices=("running", "finished", "failed"),
+        default=None,
+        help="close the record with this status (default: inferred)",
+    )
+    ap.add_argument(
+        "--watch",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="re-ingest every SECONDS until the run is finished or failed",
+    )
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    while True:
+        try:
+            path = ingest_run(args.run_dir, status=args.status)
+        except IngestError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        run = json.loads(path.read_text())["run"]
+        print(
+            f"{path}: {run['status']}, step {run['last_step']}/{run['total_steps']}, "
+            f"{len(run['attempts'])} attempt(s)"
+        )
+        if args.watch is None or run["status"] != "running":
+            return 0
+        time.sleep(args.watch)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,286 @@
+"""Ingestion of synthetic verl outputs: two attempts with a resume in the middle, a run still going,
+torn lines, gaps and dumps the reward did not enrich. No verl import: the inputs are files.
+
+The synthetic run (cap 16 tokens, n=2 samples, two sets of two problems, eval every 4 steps):
+
+    attempt-001: val@0, train 1..6 (val@4 on the step-4 line), then a torn line; checkpoint at 4
+    attempt-002: val@4 (re-evaluation on resume), train 5..8 (val@8)
+
+Attempt 1's steps 5 and 6 died with it; attempt 2's re-evaluation of step 4 wins.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from runners.verl_backend import layout
+from runners.verl_backend.ingest import IngestError, ingest_run
+from runners.verl_backend.ingest import main as ingest_main
+
+CAP = 16
+PROBLEMS = {"aime2024": ["aime2024-00", "aime2024-01"], "aime2025": ["aime2025-00", "aime2025-01"]}
+
+
+def make_cfg(total_steps: int = 8) -> dict:
+    return {
+        "run_name": "sc_tis-seed42",
+        "seed": 42,
+        "method": {"name": "sc_tis"},
+        "trainer": {"total_steps": total_steps},
+        "rollout": {"max_response_length": CAP},
+        "eval": {"n": 2},
+    }
+
+
+def train_data(step: int, attempt: int, *, longest: int = 10, clip: float = 0.125) -> dict:
+    """One train step's verl metrics; ``critic/score/mean`` encodes (step, attempt)."""
+    return {
+        "critic/score/mean": step + attempt / 10,
+        "response_length/mean": 8.0,
+        "response_length/max": longest,
+        "response_length/clip_ratio": clip,  # verl's: share at the *batch* maximum
+        "actor/entropy_loss": 0.5,
+        "actor/pg_loss": -0.1,
+        "actor/grad_norm": 1.5,
+        "actor/ppo_kl": 0.001,
+        "actor/tis_clip_fraction": 0.01,
+        "actor/tis_weight_mean": 0.99,
+        "actor/sc_correction": 0.02,
+        "actor/sc_sampler_head_mass": 0.97,
+        "actor/sc_train_head_mass": 0.96,
+        "training/off_policy/trajectory_staleness/mean": 1.0,
+        "timing_s/step": 10.0,
+        "timing_s/gen": 2.0,
+        "timing_s/update_actor": 5.0,
+        "perf/throughput": 123.0,
+        "training/global_step": step,
+    }
+
+
+def val_data(acc: float) -> dict:
+    out = {}
+    for ds in PROBLEMS:
+        out[f"val-core/{ds}/acc/mean@2"] = acc
+        out[f"val-aux/{ds}/reward/mean@2"] = 2 * acc - 1
+        out[f"val-aux/{ds}/response_length/mean@2"] = 9.0
+    return out
+
+
+def write_log(path: Path, lines: list[tuple[int, dict]], torn: str | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in lines)
+    path.write_text(text + (torn or ""))
+
+
+def write_dump(
+    run_dir: Path,
+    step: int,
+    correct: dict[str, list[int]],
+    lengths: dict[str, list[int]],
+    *,
+    enriched: bool = True,
+    drop_last: bool = False,
+) -> None:
+    """verl's validation dump format: uid ``<prompt uid>_<session>_<output>``, reward extra info."""
+    lines = []
+    for ds, pids in PROBLEMS.items():
+        for j, pid in enumerate(pids):
+            for session in (1, 0):  # not in session order: ingestion orders by session id
+                acc = correct[pid][session]
+                entry = {
+                    "input": f"prompt {pid}",
+                    "output": "... Answer: 1",
+                    "gts": "1",
+                    "score": 2.0 * acc - 1,
+                    "step": step,
+                    "reward": 2.0 * acc - 1,
+                    "acc": float(acc),
+                    "pred": "1",
+                    "uid": f"uuid-{ds}-{j}_{session}_0",
+                }
+                if enriched:
+                    entry.update(data_source=ds, problem_id=pid, response_length=lengths[pid][session])
+                lines.append(json.dumps(entry))
+    if drop_last:
+        lines = lines[:-1]
+    path = layout.validation_dump_dir(run_dir) / f"{step}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+ALL_RIGHT = {pid: [1, 1] for pids in PROBLEMS.values() for pid in pids}
+HALF = {pid: [1, 0] for pids in PROBLEMS.values() for pid in pids}
+SHORT = {pid: [5, 6] for pids in PROBLEMS.values() for pid in pids}
+HIT_CAP = {pid: [CAP, 3] for pids in PROBLEMS.values() for pid in pids}
+
+
+def make_run(tmp_path: Path, *, attempt2_upto: int = 8) -> Path:
+    run = tmp_path / "sc_tis-seed42"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(make_cfg())))
+    a1 = [(0, val_data(0.25))]
+    for s in range(1, 7):
+        d = train_data(s, 1)
+        if s == 4:
+            d.update(val_data(0.4))  # overwritten by attempt 2's re-evaluation
+        a1.append((s, d))
+    write_log(layout.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
+    a2 = [(4, val_data(0.5))]
+    for s in range(5, attempt2_upto + 1):
+        d = train_data(s, 2, longest=CAP if s == 6 else 10, clip=0.25 if s == 6 else 0.125)
+        if s == 8:
+            d.update(val_data(1.0))
+        a2.append((s, d))
+    write_log(layout.AttemptPaths(run, 2).file_logger, a2)
+    ckpt = layout.checkpoints_dir(run)
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+    write_dump(run, 0, {pid: [0, 1] if pid.endswith("0") else [0, 0] for pid in ALL_RIGHT}, SHORT)
+    write_dump(run, 4, HALF, HIT_CAP)
+    write_dump(run, 8, ALL_RIGHT, SHORT)
+    rollouts = layout.verl_dir(run) / "rollouts"
+    rollouts.mkdir(parents=True)
+    # step 5: groups u1 (all -1: zero variance) and u2 (mixed) -> 0.5
+    (rollouts / "5.jsonl").write_text(
+        "".join(
+            json.dumps({"uid": f"{u}_{k}_0", "score": sc}) + "\n"
+            for u, scores in (("u1", [-1, -1, -1]), ("u2", [1, -1, 1]))
+            for k, sc in enumerate(scores)
+        )
+    )
+    return run
+
+
+def check_contract(run: Path) -> list[str]:
+    from analysis.contract import check_run_dir
+
+    return check_run_dir(run)
+
+
+def test_resume_merge_finished_run(tmp_path):
+    run = make_run(tmp_path)
+    path = ingest_run(run, OmegaConf.load(run / "config.yaml"), status="finished")
+    metrics = json.loads(path.read_text())
+    train, val, info = metrics["train"], metrics["val"], metrics["run"]
+    assert [r["step"] for r in train] == list(range(1, 9))
+    # steps 1..4 from attempt 1, 5..8 from attempt 2 (attempt 1's 5 and 6 are gone)
+    assert [r["critic/score/mean"] for r in train] == pytest.approx([1.1, 2.1, 3.1, 4.1, 5.2, 6.2, 7.2, 8.2])
+    assert [r["step"] for r in val] == [0, 4, 8]
+    by_step = {r["step"]: r for r in val}
+    # the re-evaluation at step 4 (attempt 2) wins; the contract's mean@2 comes from the dump
+    assert by_step[4]["val-aux/aime2024/reward/mean@2"] == pytest.approx(0.0)
+    assert by_step[4]["val-core/aime2024/acc/mean@2"] == pytest.approx(0.5)
+    assert by_step[4]["val-aux/aime2025/truncation_ratio"] == pytest.approx(
+        0.5
+    )  # one of 2 samples at the cap
+    assert by_step[4]["val-aux/aime2025/response_length/mean"] == pytest.approx((CAP + 3) / 2)
+    assert by_step[0]["val-core/aime2025/acc/mean@2"] == pytest.approx(0.25)  # logged 0.25, dump agrees
+    assert by_step[8]["val-aux/aime2024/truncation_ratio"] == 0.0
+
+    # name mapping
+    r5, r6 = train[4], train[5]
+    assert r6["response/truncation_ratio"] == 0.25  # max reached the cap: verl's clip ratio is the share
+    assert r5["response/truncation_ratio"] == 0.0  # max below the cap: verl's 0.125 is batch-relative
+    assert r5["actor/entropy"] == 0.5 and r5["training/off_policy/evicted_samples"] == 0
+    assert r5["batch/zero_variance_group_ratio"] == 0.5 and r6["batch/zero_variance_group_ratio"] is None
+    assert r5["perf/throughput"] == 123.0  # other verl metrics keep their names
+    assert not any(k.startswith("val-") for r in train for k in r)
+
+    assert info["status"] == "finished" and info["last_step"] == 8 and info["backend"] == "verl"
+    assert (info["name"], info["method"], info["seed"], info["total_steps"]) == (
+        "sc_tis-seed42",
+        "sc_tis",
+        42,
+        8,
+    )
+    a1, a2 = info["attempts"]
+    assert (a1["start_step"], a1["end_step"], a1["status"]) == (0, 6, "killed") and a1["ended"]
+    assert (a2["start_step"], a2["end_step"], a2["status"]) == (4, 8, "finished") and a2["ended"]
+    assert set(info["versions"]) >= {"project", "verl", "torch"}
+
+    lines = [json.loads(x) for x in (run / "val" / "step_000004.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and set(lines[0]) == {
+        "data_source",
+        "problem_id",
+        "sample",
+        "score",
+        "acc",
+        "response_length",
+        "truncated",
+    }
+    first = [x for x in lines if x["problem_id"] == "aime2024-00"]
+    assert [(x["sample"], x["acc"], x["response_length"], x["truncated"]) for x in first] == [
+        (0, 1, CAP, True),
+        (1, 0, 3, False),
+    ]
+    assert check_contract(run) == []
+
+    # idempotent: a second pass gives the same record
+    before = path.read_text()
+    ingest_run(run, make_cfg(), status="finished")
+    assert json.loads(path.read_text())["train"] == json.loads(before)["train"]
+
+
+def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
+    run = make_run(tmp_path, attempt2_upto=6)
+    path = ingest_run(run)  # config read from run/config.yaml
+    metrics = json.loads(path.read_text())
+    assert metrics["run"]["status"] == "running" and metrics["run"]["last_step"] == 6
+    assert [r["step"] for r in metrics["val"]] == [0, 4]
+    assert not (run / "val" / "step_000008.jsonl").exists()
+    last = metrics["run"]["attempts"][-1]
+    assert last["ended"] is None and last["end_step"] is None and last["start_step"] == 4
+    assert check_contract(run) == []
+
+    # verl logged step 8 but its dump is still being written: the evaluation waits, the train row does not
+    run2 = make_run(tmp_path / "b")
+    write_dump(run2, 8, ALL_RIGHT, SHORT, drop_last=True)
+    metrics = json.loads(ingest_run(run2).read_text())
+    assert metrics["run"]["last_step"] == 8 and [r["step"] for r in metrics["val"]] == [0, 4]
+    assert metrics["run"]["status"] == "finished"  # all steps logged, no explicit status
+    with pytest.raises(IngestError, match=r"8.jsonl: problems without exactly 2 samples"):
+        ingest_run(run2, status="finished")
+
+
+def test_gap_between_attempts_is_an_error(tmp_path):
+    run = make_run(tmp_path)
+    a2 = [(s, train_data(s, 2)) for s in range(8, 9)]  # resumes at 7, attempt 1 stopped at 6
+    write_log(layout.AttemptPaths(run, 2).file_logger, a2)
+    with pytest.raises(
+        IngestError, match=r"train steps \[7\] \(1\) are in no attempt's log.*attempt 1.*1\.\.6"
+    ):
+        ingest_run(run, status="running")
+    assert ingest_main([str(run)]) == 2
+
+
+def test_torn_line_in_the_middle_and_missing_enrichment(tmp_path):
+    run = make_run(tmp_path)
+    path = layout.AttemptPaths(run, 1).file_logger
+    lines = path.read_text().splitlines()
+    lines.insert(2, '{"step": 2, "da')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match=r"metrics.jsonl:3: not a file-logger line"):
+        ingest_run(run, status="running")
+
+    run = make_run(tmp_path / "b")
+    write_dump(run, 0, ALL_RIGHT, SHORT, enriched=False)
+    with pytest.raises(IngestError, match=r"0.jsonl:1: dump line lacks .*LengthAwareRewardManager"):
+        ingest_run(run, status="running")
+
+
+def test_train_response_longer_than_cap_is_an_error(tmp_path):
+    run = make_run(tmp_path)
+    cfg = make_cfg()
+    cfg["rollout"]["max_response_length"] = CAP - 1  # the project's cap and verl's disagree
+    with pytest.raises(IngestError, match="response_length/max 16 exceeds the configured cap 15"):
+        ingest_run(run, cfg, status="running")
+
+
+def test_cli_prints_status(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert ingest_main([str(run), "--status", "finished"]) == 0
+    assert "finished, step 8/8, 2 attempt(s)" in capsys.readouterr().out
