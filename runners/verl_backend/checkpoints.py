@@ -1,0 +1,468 @@
+"""verl checkpoints of a run: listing, retention, export to BF16 safetensors, verification.
+
+verl 0.9.1 (FSDP) writes, under ``trainer.default_local_dir`` (``<run>/checkpoints``)::
+
+    global_step_N/actor/model_world_size_W_rank_R.pt     model shards
+    global_step_N/actor/optim_world_size_W_rank_R.pt     optimizer state (needed to resume only)
+    global_step_N/actor/extra_state_world_size_W_rank_R.pt, fsdp_config.json, huggingface/
+    global_step_N/data.pt                                 dataloader state
+    latest_checkpointed_iteration.txt                     the step ``resume_mode=auto`` resumes from
+
+Retention (:func:`plan_retention`, :func:`apply_retention`) keeps the latest ``N`` checkpoints,
+the best ``M`` by the mean over evaluation sets of ``val-core/<ds>/acc/mean@<n>`` in
+``metrics.json`` (highest first, the earlier step on ties, as :mod:`analysis` picks ``best``) and
+always the resume point. **"Best" is selected on the AIME test sets themselves: an optimistic,
+test-set selection**, and every plan and export says so. verl's own rotation must be off
+(``trainer.max_actor_ckpt_to_keep=null``) or it deletes best checkpoints first.
+
+Export (:func:`export_checkpoint`) runs verl's merger, which casts to BF16 and writes HF
+safetensors plus config and tokenizer, without optimizer state::
+
+    python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <out>
+
+into a temporary folder, then writes ``verification.json`` (:func:`verify_export`: every file
+with size and sha256; tensor count, dtypes and parameter count read from the safetensors headers;
+source step and selection; versions; config hash; a load-and-generate check on a GPU, recorded as
+skipped where ``torch.cuda.is_available()`` is false) and moves the folder to ``<run>/export``.
+
+CLI::
+
+    python -m runners.verl_backend.checkpoints list RUN_DIR
+    python -m runners.verl_backend.checkpoints retain RUN_DIR --keep-latest 2 --keep-best 1 [--delete]
+    python -m runners.verl_backend.checkpoints export RUN_DIR --step best|latest|N [--out DIR] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runners.provenance import config_sha256
+from runners.run_record import METRICS_FILE, atomic_write_text
+from runners.verl_backend import layout
+from runners.verl_backend.ingest import versions
+
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+VAL_CORE = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
+TEST_SET_SELECTION = (
+    "best = highest mean over the evaluation sets (AIME 2024/2025) of mean@n: selected on the test sets "
+    "themselves, an optimistic (test-set) selection"
+)
+EXPORT_DIR = "export"
+VERIFICATION_FILE = "verification.json"
+MERGER_LOG = "model_merger.log"
+#: Files that would mean training state leaked into the export (verl's shards are ``*.pt``).
+TRAINING_STATE_FILE = re.compile(r"\.pt$|(^|/)optim")
+GENERATE_PROMPT = "1 + 1 ="
+GENERATE_TOKENS = 8
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint operation that cannot proceed; the message says which file or step."""
+
+
+# -- listing and selection ------------------------------------------------------------------------
+def list_checkpoints(ckpt_dir: Path) -> dict[int, Path]:
+    """``{step: global_step_N folder}`` of the checkpoints that have an ``actor/`` folder."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return {}
+    found = {}
+    for p in ckpt_dir.iterdir():
+        m = STEP_DIR.match(p.name)
+        if m and (p / "actor").is_dir():
+            found[int(m.group(1))] = p
+    return dict(sorted(found.items()))
+
+
+def resume_step(ckpt_dir: Path) -> int | None:
+    try:
+        return int((Path(ckpt_dir) / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def eval_average(metrics: dict[str, Any], sets: Sequence[str] | None = None) -> dict[int, dict[str, Any]]:
+    """Per evaluated step: ``{"avg": mean over sets of mean@n, "per_set": {ds: value}}``.
+
+    ``sets`` defaults to the sets of the first val row; a step missing one of them is left out.
+    """
+    out: dict[int, dict[str, Any]] = {}
+    for row in metrics.get("val", []):
+        per_set = {m["ds"]: row[k] for k in row if (m := VAL_CORE.match(k)) and row[k] is not None}
+        if sets is None:
+            sets = sorted(per_set)
+        if not sets or any(ds not in per_set for ds in sets):
+            continue
+        out[int(row["step"])] = {
+            "avg": sum(per_set[ds] for ds in sets) / len(sets),
+            "per_set": {ds: per_set[ds] for ds in sets},
+        }
+    return out
+
+
+def best_steps(averages: dict[int, dict[str, Any]], candidates: Sequence[int], m: int) -> list[int]:
+    """The ``m`` candidate steps with the highest average, best first (earlier step on ties)."""
+    scored = [s for s in candidates if s in averages]
+    return sorted(scored, key=lambda s: (-averages[s]["avg"], s))[:m]
+
+
+def _load_metrics(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot read ({err}); run ingestion first") from err
+
+
+# -- retention ------------------------------------------------------------------------------------
+@dataclass
+class RetentionPlan:
+    ckpt_dir: str
+    keep_latest: int
+    keep_best: int
+    keep: dict[int, list[str]] = field(default_factory=dict)
+    delete: list[int] = field(default_factory=list)
+    best: list[dict[str, Any]] = field(default_factory=list)
+    selection: str = TEST_SET_SELECTION
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["keep"] = {str(k): v for k, v in sorted(self.keep.items())}
+        return d
+
+
+def plan_retention(
+    run_dir: Path, keep_latest: int, keep_best: int, *, ckpt_dir: Path | None = None
+) -> RetentionPlan:
+    """Which checkpoints to keep (with the reasons) and which to delete; deletes nothing."""
+    if keep_latest < 1 or keep_best < 0:
+        raise CheckpointError(f"keep_latest must be >= 1 and keep_best >= 0, got {keep_latest}, {keep_best}")
+    ckpt_dir = Path(ckpt_dir) if ckpt_dir else layout.checkpoints_dir(run_dir)
+    steps = list(list_checkpoints(ckpt_dir))
+    plan = RetentionPlan(ckpt_dir=str(ckpt_dir), keep_latest=keep_latest, keep_best=keep_best)
+    for s in steps[-keep_latest:]:
+        plan.keep.setdefault(s, []).append("latest")
+    if keep_best:
+        averages = eval_average(_load_metrics(run_dir))
+        for rank, s in enumerate(best_steps(averages, steps, keep_best), start=1):
+            plan.keep.setdefault(s, []).append(f"best #{rank} by eval average (test-set selection)")
+            plan.best.append({"rank": rank, "step": s, **averages[s]})
+    resume = resume_step(ckpt_dir)
+    if resume in steps:
+        plan.keep.setdefault(resume, []).append("resume point (latest_checkpointed_iteration.txt)")
+    plan.delete = [s for s in steps if s not in plan.keep]
+    return plan
+
+
+def apply_retention(plan: RetentionPlan) -> list[Path]:
+    """Delete the plan's checkpoints; record the plan in ``<ckpt_dir>/retention.json``."""
+    ckpt_dir = Path(plan.ckpt_dir)
+    removed = []
+    for s in plan.delete:
+        path = ckpt_dir / f"global_step_{s}"
+        if s in plan.keep:
+            raise CheckpointError(f"refusing to delete kept checkpoint {path}")
+        shutil.rmtree(path)
+        removed.append(path)
+    record = {"applied": _now(), **plan.as_dict()}
+    atomic_write_text(ckpt_dir / "retention.json", json.dumps(record, indent=1) + "\n")
+    return removed
+
+
+# -- export ---------------------------------------------------------------------------------------
+def merger_command(actor_dir: Path, target_dir: Path, python: str | None = None) -> list[str]:
+    return [
+        python or sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        str(target_dir),
+    ]
+
+
+def run_subprocess(cmd: list[str], log_path: Path) -> None:
+    """Run ``cmd`` with its output in ``log_path``; a non-zero exit raises :class:`CheckpointError`."""
+    with log_path.open("w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = log_path.read_text()[-2000:]
+        raise CheckpointError(f"{' '.join(cmd)} exited with {proc.returncode}; log {log_path}:\n{tail}")
+
+
+def resolve_step(run_dir: Path, step: str | int, ckpt_dir: Path) -> tuple[int, str]:
+    """``(step, selection label)`` for ``best``, ``latest`` or an explicit step number."""
+    steps = list(list_checkpoints(ckpt_dir))
+    if not steps:
+        raise CheckpointError(f"{ckpt_dir}: no global_step_N/actor checkpoints")
+    if step == "latest":
+        return steps[-1], "latest checkpoint"
+    if step == "best":
+        averages = eval_average(_load_metrics(run_dir))
+        best = best_steps(averages, steps, 1)
+        if not best:
+            raise CheckpointError(f"no checkpoint step of {ckpt_dir} has an evaluation in metrics.json")
+        return best[0], TEST_SET_SELECTION
+    s = int(step)
+    if s not in steps:
+        raise CheckpointError(f"{ckpt_dir}: no checkpoint at step {s} (have {steps})")
+    return s, "chosen by step number"
+
+
+def export_checkpoint(
+    run_dir: Path,
+    step: str | int = "best",
+    *,
+    out_dir: Path | None = None,
+    ckpt_dir: Path | None = None,
+    force: bool = False,
+    runner: Callable[[list[str], Path], None] = run_subprocess,
+    load_check: str = "auto",
+) -> Path:
+    """Export one checkpoint to BF16 safetensors with ``verification.json``; returns that file's path.
+
+    ``runner(cmd, log_path)`` executes the merger command (tests pass an in-process runner);
+    ``load_check`` is ``auto`` (GPU if available, else skipped), ``cpu`` or ``skip``.
+    """
+    run_dir = Path(run_dir).resolve()
+    ckpt_dir = Path(ckpt_dir) if ckpt_dir else layout.checkpoints_dir(run_dir)
+    s, selection = resolve_step(run_dir, step, ckpt_dir)
+    actor = ckpt_dir / f"global_step_{s}" / "actor"
+    out_dir = Path(out_dir) if out_dir else run_dir / EXPORT_DIR
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise CheckpointError(f"{out_dir} exists and is not empty (pass force=True / --force to replace it)")
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    log_path = out_dir.with_name(f".{out_dir.name}.{MERGER_LOG}")
+    try:
+        runner(merger_command(actor, tmp), log_path)
+        shutil.move(str(log_path), tmp / MERGER_LOG)
+        source = {"run_dir": str(run_dir), "checkpoint": str(actor), "step": s, "selection": selection}
+        report = verify_export(tmp, source=source, config_file=run_dir / "config.yaml", load_check=load_check)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    path = out_dir / VERIFICATION_FILE
+    if report["load_and_generate"]["status"] == "failed":
+        raise CheckpointError(
+            f"{path}: load-and-generate check failed: {report['load_and_generate']['error']}"
+        )
+    return path
+
+
+# -- verification ---------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a ``.safetensors`` file (tensor name -> dtype, shape, offsets)."""
+    with path.open("rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise CheckpointError(f"{path}: not a safetensors file (too short)")
+        (size,) = struct.unpack("<Q", raw)
+        if size > 100 * 1024 * 1024:
+            raise CheckpointError(f"{path}: implausible safetensors header size {size}")
+        return json.loads(f.read(size))
+
+
+def tensor_summary(model_dir: Path) -> dict[str, Any]:
+    """Tensor count, parameter count and dtypes over every safetensors file of ``model_dir``."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{model_dir}: no .safetensors files")
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        wanted = set(json.loads(index.read_text())["weight_map"].values())
+        absent = sorted(wanted - {f.name for f in files})
+        if absent:
+            raise CheckpointError(f"{index}: shards {absent} are missing")
+    dtypes: dict[str, int] = {}
+    count = params = 0
+    names: set[str] = set()
+    for f in files:
+        for name, info in safetensors_header(f).items():
+            if name == "__metadata__":
+                continue
+            if name in names:
+                raise CheckpointError(f"{f}: tensor {name} appears in more than one shard")
+            names.add(name)
+            count += 1
+            n = 1
+            for d in info["shape"]:
+                n *= int(d)
+            params += n
+            dtypes[info["dtype"]] = dtypes.get(info["dtype"], 0) + 1
+    return {
+        "tensors": count,
+        "parameters": params,
+        "dtypes": dict(sorted(dtypes.items())),
+        "all_bf16": set(dtypes) == {"BF16"},
+        "safetensors_files": [f.name for f in files],
+    }
+
+
+def load_and_generate(model_dir: Path, device: str) -> dict[str, Any]:
+    """Load the export with transformers on ``device`` and greedily generate a few tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
+        inputs = tokenizer(GENERATE_PROMPT, return_tensors="pt").to(device)
+        with torch.no_grad():
+            logits = model(**inputs).logits
+            out = model.generate(**inputs, max_new_tokens=GENERATE_TOKENS, do_sample=False)
+        new = out[0, inputs["input_ids"].shape[1] :]
+        return {
+            "status": "passed" if bool(torch.isfinite(logits).all()) and new.numel() > 0 else "failed",
+            "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else device,
+            "prompt": GENERATE_PROMPT,
+            "new_token_ids": new.tolist(),
+            "output_text": tokenizer.decode(new, skip_special_tokens=True),
+            "logits_finite": bool(torch.isfinite(logits).all()),
+            "parameter_dtype": str(next(model.parameters()).dtype),
+            "num_parameters": int(model.num_parameters()),
+        }
+    except Exception as err:  # the report records any failure; export_checkpoint raises on it
+        return {"status": "failed", "device": device, "error": f"{type(err).__name__}: {err}"}
+
+
+def verify_export(
+    model_dir: Path, *, source: dict[str, Any], config_file: Path, load_check: str = "auto"
+) -> dict:
+    """Write ``<model_dir>/verification.json`` for an exported model and return its content."""
+    model_dir = Path(model_dir)
+    files = sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != VERIFICATION_FILE)
+    rel = [p.relative_to(model_dir).as_posix() for p in files]
+    optimizer = [r for r in rel if TRAINING_STATE_FILE.search(r)]
+    if optimizer:
+        raise CheckpointError(f"{model_dir}: export holds training state files {optimizer}")
+    summary = tensor_summary(model_dir)
+    if not summary["all_bf16"]:
+        raise CheckpointError(f"{model_dir}: tensors are not all BF16: {summary['dtypes']}")
+    if load_check == "skip":
+        check = {"status": "skipped", "reason": "not requested (load_check=skip)"}
+    elif load_check == "cpu":
+        check = load_and_generate(model_dir, "cpu")
+    elif load_check == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            check = load_and_generate(model_dir, "cuda")
+        else:
+            check = {"status": "skipped", "reason": "no GPU: torch.cuda.is_available() is False"}
+    else:
+        raise CheckpointError(f"load_check must be auto, cpu or skip, got {load_check!r}")
+    if check["status"] == "passed" and check["num_parameters"] != summary["parameters"]:
+        check["status"] = "failed"
+        check["error"] = (
+            f"loaded model has {check['num_parameters']} parameters, headers {summary['parameters']}"
+        )
+    report = {
+        "created": _now(),
+        "source": source,
+        "format": "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)",
+        "files": [
+            {"path": r, "bytes": p.stat().st_size, "sha256": _sha256(p)}
+            for r, p in zip(rel, files, strict=True)
+        ],
+        **summary,
+        "optimizer_state": False,
+        "versions": versions(),
+        "config_sha256": config_sha256(config_file.read_text()) if config_file.is_file() else None,
+        "load_and_generate": check,
+    }
+    atomic_write_text(model_dir / VERIFICATION_FILE, json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m runners.verl_backend.checkpoints", description=__doc__.splitlines()[0]
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="checkpoints and their evaluation average")
+    p.add_argument("run_dir", type=Path)
+    p = sub.add_parser("retain", help="plan (and with --delete apply) retention")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--keep-latest", type=int, required=True)
+    p.add_argument("--keep-best", type=int, default=0)
+    p.add_argument("--delete", action="store_true", help="delete what the plan does not keep")
+    p = sub.add_parser("export", help="BF16 safetensors export + verification.json")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--step", default="best", help="best (test-set selection), latest, or a step number")
+    p.add_argument("--out", type=Path, default=None, help="default RUN_DIR/export")
+    p.add_argument("--force", action="store_true", help="replace an existing export")
+    p.add_argument("--load-check", choices=("auto", "cpu", "skip"), default="auto")
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "list":
+            ckpt_dir = layout.checkpoints_dir(args.run_dir)
+            metrics_file = Path(args.run_dir) / METRICS_FILE
+            averages = eval_average(_load_metrics(args.run_dir)) if metrics_file.is_file() else {}
+            for s, path in list_checkpoints(ckpt_dir).items():
+                avg = averages.get(s, {}).get("avg")
+                print(f"{s:>7}  {'-' if avg is None else f'{avg:.4f}'}  {path}")
+            print(f"(eval average: {TEST_SET_SELECTION})")
+        elif args.command == "retain":
+            plan = plan_retention(args.run_dir, args.keep_latest, args.keep_best)
+            for s, reasons in sorted(plan.keep.items()):
+                print(f"keep   {s:>7}  {'; '.join(reasons)}")
+            for s in plan.delete:
+                print(f"delete {s:>7}")
+            if args.delete:
+                removed = apply_retention(plan)
+                print(
+                    f"deleted {len(removed)} checkpoint(s); plan in {Path(plan.ckpt_dir) / 'retention.json'}"
+                )
+            else:
+                print("(dry run: pass --delete to delete)")
+        else:
+            path = export_checkpoint(
+                args.run_dir, args.step, out_dir=args.out, force=args.force, load_check=args.load_check
+            )
+            report = json.loads(path.read_text())
+            print(
+                f"{path}: step {report['source']['step']} ({report['source']['selection']}), "
+                f"{report['parameters']} parameters, load check {report['load_and_generate']['status']}"
+            )
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
