@@ -87,10 +87,14 @@ def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | in
         comp["_r"] = comp["run"].map({r: i for i, r in enumerate(sweep.runs.index)}).fillna(len(sweep.runs))
         comp = comp.sort_values(["_c", "_m", "_agg", "_r", "_d"], kind="stable").drop(
             columns=["_agg", "_m", "_c", "_d", "_r"]).reset_index(drop=True)
+    passk = passk_table(sweep, cps, ks)
+    for table in (comp, passk):  # integers stay integers next to the aggregates' empty cells
+        for col in ("seed", "step"):
+            table[col] = table[col].astype("Int64")
     return Report(
         sweep=sweep, checkpoints=cps, comparison=comp,
         paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
-        passk=passk_table(sweep, cps, ks), curves=eval_curves_table(sweep, resampler, by="run"),
+        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"),
         n_boot=n_boot, seed=seed,
     )
 

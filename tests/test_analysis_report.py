@@ -116,6 +116,9 @@ def test_multi_seed_report(tmp_path):
     md = report.files["comparison.md"].read_text()
     assert "Bold rows aggregate the seeds" in md and "Every method has a single seed" not in md
     assert "**pg (mean of 2 seeds)**" in md
+    csv = report.files["comparison.csv"].read_text()
+    assert "\npg,1,pg-seed1,a,final,20,2,6," in csv  # integers stay integers beside the aggregates' blanks
+    assert "\npg,,pg (mean of 2 seeds),a,final,20,2,6," in csv
 
 
 def test_known_sweep_report(tmp_path):
