@@ -68,7 +68,7 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
             work.sub_(lse[rows].unsqueeze(-1)).exp_()  # softmax of the chunk
             work.mul_(-g.sum(dim=-1, keepdim=True))
             work.scatter_add_(-1, ids[rows], g)
-            grad_logits[rows] = work.to(logits.dtype)
+            grad_logits[rows].copy_(work)  # casts in place: no second chunk-sized temporary
             del work
         return grad_logits, None, None
 

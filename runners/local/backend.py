@@ -1,0 +1,271 @@
+"""The local (embedded) backend: a miniature of verl's separate-async trainer on one CPU process.
+
+Each step:
+
+1. the sampler produces prompt groups with the weights it holds — ``backend.sampler.speed``
+   batches' worth per trainer step, as long as the replay buffer has room for
+   ``run_ahead_batches`` batches beyond the one being trained (the sampler runs ahead);
+2. groups older than ``rollout.max_staleness`` weight versions are evicted; if fewer than a
+   batch remain, the trainer waits while the sampler tops the buffer up;
+3. the trainer takes the oldest batch, takes one optimizer step with the arm's loss, and every
+   ``rollout.parameter_sync_step`` steps the sampler loads the new weights (through its
+   numerics mismatch).
+
+Evaluation at step 0 and every ``trainer.test_freq`` steps; ``metrics.json`` after every step;
+a full-state checkpoint every ``trainer.save_freq`` steps. A killed run started again with the
+same command resumes from its newest checkpoint (``trainer.resume=auto``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from runners.local.checkpoint import load_latest, save_checkpoint
+from runners.local.evaluate import evaluate, val_file
+from runners.local.replay_buffer import Group, ReplayBuffer
+from runners.local.sampler import Sampler, check_sampler_config
+from runners.local.task import ArithmeticTask, prompt_token_ids
+from runners.local.trainer import PolicyTrainer, make_batch
+from runners.run_record import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Backend-specific checks; each error names the key and the allowed values."""
+    b, r = cfg.backend, cfg.rollout
+    if r.top_p != 1.0 or r.top_k != -1:
+        raise ValueError(
+            f"rollout.top_p={r.top_p}, rollout.top_k={r.top_k}: the local sampler draws from the full "
+            "vocabulary; allowed: rollout.top_p=1.0 and rollout.top_k=-1"
+        )
+    if cfg.eval.top_p != 1.0:
+        raise ValueError(f"eval.top_p={cfg.eval.top_p}: the local sampler supports only eval.top_p=1.0")
+    if not (isinstance(b.threads, int) and b.threads >= 1):
+        raise ValueError(f"backend.threads must be an integer >= 1, got {b.threads!r}")
+    if b.device not in ("cpu", "cuda"):
+        raise ValueError(f"backend.device={b.device!r}; allowed: cpu, cuda")
+    if b.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
+    responses = cfg.trainer.prompts_per_step * cfg.trainer.n
+    if b.micro_batch_size < 1 or responses % b.micro_batch_size:
+        raise ValueError(
+            f"backend.micro_batch_size={b.micro_batch_size} must divide trainer.prompts_per_step x "
+            f"trainer.n = {responses}"
+        )
+    if b.head_chunk_rows < 1:
+        raise ValueError(f"backend.head_chunk_rows must be >= 1, got {b.head_chunk_rows}")
+    s = b.sampler
+    check_sampler_config(s)
+    if not s.speed >= 1.0:
+        raise ValueError(f"backend.sampler.speed={s.speed}: must be >= 1 (batches produced per trainer step)")
+    if not (isinstance(s.run_ahead_batches, int) and s.run_ahead_batches >= 0):
+        raise ValueError(f"backend.sampler.run_ahead_batches must be an integer >= 0, got {s.run_ahead_batches!r}")
+    if not b.keep_checkpoints >= 1:
+        raise ValueError(f"backend.keep_checkpoints must be >= 1, got {b.keep_checkpoints}")
+    task = ArithmeticTask(cfg.data)  # validates the data group
+    if r.max_response_length < task.max_response_tokens():
+        raise ValueError(
+            f"rollout.max_response_length={r.max_response_length} is shorter than the longest correct "
+            f"response ({task.max_response_tokens()} tokens); allowed: >= {task.max_response_tokens()}"
+        )
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+    import verl
+
+    from runners.provenance import project_version
+
+    return {"project": project_version(), "verl": verl.__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+class LocalRun:
+    """The state of one embedded run, and its step loop."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, config_sha256: str):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from runners.local.warmstart import warm_start
+
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        torch.set_num_threads(cfg.backend.threads)
+        self.device = torch.device(cfg.backend.device)
+        self.task = ArithmeticTask(cfg.data)
+        base = warm_start(cfg, Path(cfg.backend.cache_dir))
+        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        torch.manual_seed(cfg.seed)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(self.device)
+        self.pad_id = self.tokenizer.pad_token_id
+        self.trainer = PolicyTrainer(model, cfg, self.pad_id)
+        self.sampler = Sampler(model, self.tokenizer, cfg.backend.sampler, cfg.method.top_k)
+        self.eval_sampler = Sampler(model, self.tokenizer, cfg.backend.sampler, cfg.method.top_k)
+        self.buffer = ReplayBuffer(cfg.rollout.max_staleness)
+        self.data_gen = torch.Generator().manual_seed(cfg.seed)
+        self.sample_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.sync_gen = torch.Generator().manual_seed(cfg.seed + 2)
+        self.credit = 0.0
+        self.step = 0
+        self.record = RunRecord.open(
+            self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="local",
+            total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=_versions(),
+        )
+
+    # -- state ------------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {
+            "step": self.step,
+            "model": self.trainer.model.state_dict(),
+            "optimizer": self.trainer.optimizer.state_dict(),
+            "sampler": self.sampler.model.state_dict(),
+            "sampler_version": self.sampler.version,
+            "buffer": self.buffer.state(),
+            "credit": self.credit,
+            "generators": {k: getattr(self, k).get_state() for k in ("data_gen", "sample_gen", "sync_gen")},
+        }
+
+    def restore(self) -> None:
+        """Resume from the newest checkpoint, or start fresh (sampler synced to version 0)."""
+        latest = load_latest(self.run_dir) if self.cfg.trainer.resume == "auto" else None
+        if latest is None:
+            if self.record.data["train"]:
+                log.info("no checkpoint: starting from step 0; earlier rows are discarded")
+            self.sampler.sync(self.trainer.model, 0, self.sync_gen)
+            return
+        step, state = latest
+        self.step = step
+        self.trainer.model.load_state_dict(state["model"])
+        self.trainer.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.model.load_state_dict(state["sampler"])
+        self.sampler.version = state["sampler_version"]
+        self.buffer.load(state["buffer"])
+        self.credit = state["credit"]
+        for key, value in state["generators"].items():
+            getattr(self, key).set_state(value)
+        log.info("resumed from checkpoint at step %d", step)
+
+    # -- rollout ----------------------------------------------------------------------------
+    def produce(self, count: int) -> list[Group]:
+        """``count`` new groups from the sampler's current weights."""
+        if count <= 0:
+            return []
+        cfg = self.cfg
+        problems = self.task.sample_train(self.data_gen, count)
+        prompts = [prompt_token_ids(self.tokenizer, p) for p in problems]
+        n = cfg.trainer.n
+        rollout = self.sampler.generate(prompts, n, cfg.rollout.max_response_length,
+                                        cfg.rollout.temperature, self.sample_gen)
+        lengths = rollout.response_mask.sum(-1).long().tolist()
+        groups = []
+        for g, problem in enumerate(problems):
+            rows = slice(g * n, (g + 1) * n)
+            scored = [
+                self.task.score(self.tokenizer.decode(rollout.response_ids[r, : lengths[r]].tolist(),
+                                                      skip_special_tokens=True), problem)
+                for r in range(rows.start, rows.stop)
+            ]
+            groups.append(Group(problem=problem, version=self.sampler.version, rollout=rollout.rows(rows),
+                                scores=[s for s, _ in scored], accs=[a for _, a in scored]))
+        return groups
+
+    def next_batch(self) -> tuple[list[Group], int]:
+        """Run the sampler for one trainer step and take the oldest batch; returns (groups, evicted)."""
+        per_step = self.cfg.trainer.prompts_per_step
+        sampler_cfg = self.cfg.backend.sampler
+        capacity = (sampler_cfg.run_ahead_batches + 1) * per_step
+        self.credit += sampler_cfg.speed * per_step
+        produced = min(int(self.credit), max(capacity - len(self.buffer), 0))
+        self.credit = min(self.credit - produced, float(per_step))  # idle sampler time is not banked
+        self.buffer.push(self.produce(produced))
+        evicted = self.buffer.evict_stale(self.step)
+        if len(self.buffer) < per_step:  # the trainer waits for the sampler
+            self.buffer.push(self.produce(per_step - len(self.buffer)))
+        return self.buffer.pop(per_step), sum(len(g.scores) for g in evicted)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def evaluate(self) -> None:
+        self.eval_sampler.sync(self.trainer.model, self.step, torch.Generator().manual_seed(self.step))
+        self.record.add_val(evaluate(self.eval_sampler, self.task, self.cfg, self.step, self.run_dir))
+
+    def train_step(self) -> dict:
+        cfg = self.cfg
+        t_start = time.perf_counter()
+        groups, evicted = self.next_batch()
+        t_gen = time.perf_counter() - t_start
+        batch = make_batch(groups, self.step, self.pad_id)
+        t_update = time.perf_counter()
+        metrics = self.trainer.step(batch)
+        t_update = time.perf_counter() - t_update
+        self.step += 1
+        if self.step % cfg.rollout.parameter_sync_step == 0:
+            self.sampler.sync(self.trainer.model, self.step, self.sync_gen)
+        rollout = batch.rollout
+        scores = batch.scores.view(len(groups), -1)
+        row = {
+            "step": self.step,
+            "critic/score/mean": float(batch.scores.mean()),
+            "response_length/mean": float(rollout.response_mask.sum(-1).mean()),
+            "response/truncation_ratio": float(rollout.truncated.float().mean()),
+            "batch/zero_variance_group_ratio": float((scores.max(1).values == scores.min(1).values).float().mean()),
+            **metrics,
+            "training/off_policy/trajectory_staleness/mean": float(batch.staleness.mean()),
+            "training/off_policy/trajectory_staleness/max": float(batch.staleness.max()),
+            "training/off_policy/evicted_samples": evicted,
+            "timing_s/gen": t_gen,
+            "timing_s/update_actor": t_update,
+            "timing_s/step": time.perf_counter() - t_start,
+        }
+        return row
+
+    def run(self) -> None:
+        cfg, total = self.cfg, self.cfg.trainer.total_steps
+        self.restore()
+        for stale in sorted((self.run_dir / "val").glob("step_*.jsonl")):
+            if int(stale.stem.split("_")[1]) > self.step:  # written by a killed attempt after its last checkpoint
+                stale.unlink()
+        self.record.start_attempt(self.step)
+        try:
+            if self.step == 0 or not val_file(self.run_dir, 0).exists():
+                self.evaluate()
+                self.record.save()
+            bar = tqdm(total=total, initial=self.step, desc=cfg.run_name, unit="step", dynamic_ncols=True)
+            while self.step < total:
+                row = self.train_step()
+                self.record.add_train(row)
+                if self.step % cfg.trainer.test_freq == 0 or self.step == total:
+                    self.evaluate()
+                self.record.save()  # before the checkpoint: a resume never lacks a checkpointed step
+                if self.step % cfg.trainer.save_freq == 0 or self.step == total:
+                    save_checkpoint(self.run_dir, self.step, self.state(), cfg.backend.keep_checkpoints)
+                bar.update(1)
+                bar.set_postfix(score=f"{row['critic/score/mean']:+.2f}",
+                                stale=f"{row['training/off_policy/trajectory_staleness/mean']:.1f}")
+                if self.step % 10 == 0 or self.step == total:
+                    log.info("step %d/%d score %+.3f kl %.2e staleness %.2f evicted %d step %.2fs", self.step,
+                             total, row["critic/score/mean"], row["actor/ppo_kl"],
+                             row["training/off_policy/trajectory_staleness/mean"],
+                             row["training/off_policy/evicted_samples"], row["timing_s/step"])
+            bar.close()
+        except BaseException:
+            self.record.end_attempt("failed")
+            raise
+        self.record.end_attempt("finished")
+        val = self.record.data["val"]
+        log.info("finished: val at step 0 %s, at step %d %s", _val_summary(val[0]), val[-1]["step"],
+                 _val_summary(val[-1]))
+
+
+def _val_summary(row: dict) -> str:
+    return ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in row.items() if k.startswith("val-core/"))
+
+
+def run(cfg: DictConfig, run_dir: Path, config_sha256: str) -> None:
+    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint)."""
+    LocalRun(cfg, run_dir, config_sha256).run()

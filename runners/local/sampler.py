@@ -1,0 +1,191 @@
+"""The embedded rollout engine: its own copy of the weights, and what vLLM would return.
+
+For every generated token the sampler returns the sampled token's log-prob and its top-k head
+(ids and log-probs), all full-vocabulary normalised after temperature scaling — vLLM's
+``processed_logprobs`` mode. Its weights are the trainer's, synced every
+``rollout.parameter_sync_step`` steps and passed through the configured numerics mismatch
+(:func:`mismatched_state`), so the sampler's ``q`` differs from the trainer's ``p`` the way a
+low-precision inference engine's does.
+
+Mismatch knobs (``backend.sampler``), applied in this order at every sync:
+
+* ``int8_weights``: symmetric per-output-row int8 fake quantisation of every 2-D weight;
+* ``weight_noise``: Gaussian noise with std ``weight_noise x std(tensor)`` per tensor;
+* ``weight_dtype``: round every weight to this dtype (``bfloat16``/``float16``), compute in fp32.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+
+from runners.local.generate import left_pad, position_ids_from_mask
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Rollout:
+    """Responses to a batch of prompts, prompt-major (prompt p owns rows p*n .. p*n+n-1).
+
+    ``response_ids``/``response_mask``/``log_probs`` are ``(R, T)``; ``head_ids``/``head_log_probs``
+    ``(R, T, k)``. Padding positions hold the pad id, log-prob 0, and a dummy head (ids 0,
+    log-probs ``-inf``: no mass). ``truncated[r]`` is True when row r hit the length cap.
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    log_probs: torch.Tensor
+    head_ids: torch.Tensor
+    head_log_probs: torch.Tensor
+    truncated: torch.Tensor
+
+    def rows(self, index: slice) -> Rollout:
+        """The rows ``index``, trimmed to their longest response."""
+        width = max(int(self.response_mask[index].sum(-1).max()), 1)
+        return Rollout(
+            prompt_ids=self.prompt_ids[index],
+            response_ids=self.response_ids[index, :width],
+            response_mask=self.response_mask[index, :width],
+            log_probs=self.log_probs[index, :width],
+            head_ids=self.head_ids[index, :width],
+            head_log_probs=self.head_log_probs[index, :width],
+            truncated=self.truncated[index],
+        )
+
+
+def collate(parts: list[Rollout], pad_id: int) -> Rollout:
+    """Concatenate rollouts along rows, right-padding the response dimension."""
+    width = max(p.response_ids.shape[1] for p in parts)
+
+    def pad(t: torch.Tensor, value: float) -> torch.Tensor:
+        extra = width - t.shape[1]
+        if extra == 0:
+            return t
+        shape = (t.shape[0], extra, *t.shape[2:])
+        return torch.cat([t, torch.full(shape, value, dtype=t.dtype)], dim=1)
+
+    return Rollout(
+        prompt_ids=[ids for p in parts for ids in p.prompt_ids],
+        response_ids=torch.cat([pad(p.response_ids, pad_id) for p in parts]),
+        response_mask=torch.cat([pad(p.response_mask, 0) for p in parts]),
+        log_probs=torch.cat([pad(p.log_probs, 0.0) for p in parts]),
+        head_ids=torch.cat([pad(p.head_ids, 0) for p in parts]),
+        head_log_probs=torch.cat([pad(p.head_log_probs, float("-inf")) for p in parts]),
+        truncated=torch.cat([p.truncated for p in parts]),
+    )
+
+
+def check_sampler_config(sampler_cfg: DictConfig) -> None:
+    """Raise ValueError naming the key when a mismatch knob is invalid."""
+    if sampler_cfg.weight_dtype not in DTYPES:
+        raise ValueError(
+            f"backend.sampler.weight_dtype={sampler_cfg.weight_dtype!r}; allowed: {', '.join(DTYPES)}"
+        )
+    if not isinstance(sampler_cfg.int8_weights, bool):
+        raise ValueError(f"backend.sampler.int8_weights must be true or false, got {sampler_cfg.int8_weights!r}")
+    if not sampler_cfg.weight_noise >= 0:
+        raise ValueError(f"backend.sampler.weight_noise must be >= 0, got {sampler_cfg.weight_noise}")
+
+
+@torch.no_grad()
+def mismatched_state(
+    state: dict[str, torch.Tensor], sampler_cfg: DictConfig, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """The trainer's ``state`` as the sampler holds it (see the module docstring for the knobs)."""
+    out = {}
+    dtype = DTYPES[sampler_cfg.weight_dtype]
+    for name, tensor in state.items():
+        w = tensor.detach().clone()
+        if w.is_floating_point():
+            if sampler_cfg.int8_weights and w.dim() == 2:
+                scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+                w = (w / scale).round().clamp(-127, 127) * scale
+            if sampler_cfg.weight_noise > 0:
+                noise = torch.randn(w.shape, generator=generator, dtype=w.dtype)
+                w = w + sampler_cfg.weight_noise * w.std() * noise
+            if dtype != torch.float32:
+                w = w.to(dtype).to(tensor.dtype)
+        out[name] = w
+    return out
+
+
+class Sampler:
+    """A rollout engine with its own weights (``version`` = the trainer step they came from)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, sampler_cfg: DictConfig, top_k: int):
+        check_sampler_config(sampler_cfg)
+        self.model = copy.deepcopy(model).eval()
+        self.tokenizer = tokenizer
+        self.cfg = sampler_cfg
+        self.top_k = top_k
+        self.version = 0
+
+    def sync(self, trainer_model: torch.nn.Module, version: int, generator: torch.Generator) -> None:
+        """Load the trainer's weights (through the mismatch) and tag them with ``version``."""
+        self.model.load_state_dict(mismatched_state(trainer_model.state_dict(), self.cfg, generator))
+        self.version = version
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        generator: torch.Generator,
+    ) -> Rollout:
+        """Sample ``n`` responses per prompt at ``temperature`` (full vocabulary: top_p 1, top_k -1)."""
+        if temperature <= 0:
+            raise ValueError(f"sampling temperature must be > 0, got {temperature}")
+        tok = self.tokenizer
+        eos_id, pad_id = tok.eos_token_id, tok.pad_token_id
+        device = next(self.model.parameters()).device
+        input_ids, attention_mask = (t.to(device) for t in left_pad(prompts, pad_id))
+        position_ids = position_ids_from_mask(attention_mask)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=True, logits_to_keep=1)
+        past = out.past_key_values
+        past.batch_repeat_interleave(n)
+        logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
+        attention_mask = attention_mask.repeat_interleave(n, dim=0)
+        next_position = position_ids[:, -1:].repeat_interleave(n, dim=0) + 1
+
+        rows = logits.shape[0]
+        k = min(self.top_k, logits.shape[-1])
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        tokens, token_lp, head_ids, head_lp, alive = [], [], [], [], []
+        for step in range(max_new_tokens):
+            log_q = torch.log_softmax(logits.float() / temperature, dim=-1)
+            token = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(-1)
+            live = ~finished
+            top_lp, top_ids = log_q.topk(k, dim=-1)
+            tokens.append(torch.where(live, token, pad_id))
+            token_lp.append(torch.where(live, log_q.gather(-1, token[:, None]).squeeze(-1), 0.0))
+            head_ids.append(torch.where(live[:, None], top_ids, 0))
+            head_lp.append(torch.where(live[:, None], top_lp, float("-inf")))
+            alive.append(live)
+            finished = finished | (token == eos_id)
+            if bool(finished.all()) or step == max_new_tokens - 1:
+                break
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+            out = self.model(input_ids=token[:, None], attention_mask=attention_mask,
+                             position_ids=next_position, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :]
+            next_position = next_position + 1
+
+        mask = torch.stack(alive, dim=1)
+        return Rollout(
+            prompt_ids=[list(p) for p in prompts for _ in range(n)],
+            response_ids=torch.stack(tokens, dim=1).cpu(),
+            response_mask=mask.float().cpu(),
+            log_probs=torch.stack(token_lp, dim=1).cpu(),
+            head_ids=torch.stack(head_ids, dim=1).cpu(),
+            head_log_probs=torch.stack(head_lp, dim=1).cpu(),
+            truncated=(~finished).cpu(),
+        )

@@ -1,0 +1,162 @@
+"""The embedded trainer: one optimizer step of an arm on a batch of prompt groups.
+
+Per step: GRPO advantages without std division (verl's ``compute_grpo_outcome_advantage``),
+the trainer's current log-probs of the sampled tokens and — for every arm, as diagnostics, and
+as the correction for SC arms — its log-probs at the sampler's top-k head ids
+(:func:`ablations.score_centering.head_log_probs`), then the arm's loss **looked up in verl's
+registry by name**, token-mean over the whole batch (micro-batches share verl's
+``global_batch_info``), AdamW with gradient-norm clipping, one step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from ablations.score_centering import centering_term, head_log_probs
+from runners.local.generate import left_pad, position_ids_from_mask
+from runners.local.replay_buffer import Group
+from runners.local.sampler import Rollout, collate
+
+
+def actor_config(method_cfg: DictConfig):
+    """verl's ``ActorConfig`` for a bypass-mode REINFORCE arm (the TIS cap lives in rollout_correction)."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.workers.config.actor import ActorConfig, PolicyLossConfig
+
+    correction = RolloutCorrectionConfig(
+        rollout_is="token" if method_cfg.tis_cap is not None else None,
+        rollout_is_threshold=float(method_cfg.tis_cap) if method_cfg.tis_cap is not None else 2.0,
+        loss_type="reinforce",
+        bypass_mode=True,
+    )
+    return ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=1,
+        rollout_n=1,
+        policy_loss=PolicyLossConfig(loss_mode=method_cfg.loss_mode, rollout_correction=correction),
+        global_batch_info={},
+    )
+
+
+@dataclass
+class Batch:
+    """A training batch: the collated rollout, per-token advantages, and per-response rewards."""
+
+    rollout: Rollout
+    advantages: torch.Tensor
+    scores: torch.Tensor
+    staleness: torch.Tensor
+
+
+def make_batch(groups: list[Group], trainer_version: int, pad_id: int) -> Batch:
+    """Collate groups and compute GRPO advantages ``A_i = R_i - mean_group(R)`` (no std)."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    rollout = collate([g.rollout for g in groups], pad_id)
+    scores = torch.tensor([s for g in groups for s in g.scores], dtype=torch.float32)
+    index = np.array([i for i, g in enumerate(groups) for _ in g.scores])
+    mask = rollout.response_mask
+    last = (mask.sum(-1).long() - 1).clamp_min(0)
+    token_rewards = torch.zeros_like(mask)
+    token_rewards[torch.arange(len(scores)), last] = scores
+    advantages, _ = compute_grpo_outcome_advantage(token_rewards, mask, index, norm_adv_by_std_in_grpo=False)
+    staleness = torch.tensor([float(trainer_version - g.version) for g in groups])
+    return Batch(rollout=rollout, advantages=advantages, scores=scores, staleness=staleness)
+
+
+def response_logits(model: torch.nn.Module, rollout: Rollout, pad_id: int, temperature: float) -> torch.Tensor:
+    """Trainer logits ``(R, T, V)`` predicting each response token, divided by ``temperature``.
+
+    Prompts are left-padded, responses right-padded; position ids come from the attention mask,
+    exactly as the sampler computed them, so an unchanged model reproduces the sampler's log-probs.
+    """
+    prompt_ids, prompt_mask = left_pad(rollout.prompt_ids, pad_id)
+    device = next(model.parameters()).device
+    input_ids = torch.cat([prompt_ids, rollout.response_ids], dim=1).to(device)
+    attention_mask = torch.cat([prompt_mask, rollout.response_mask.long()], dim=1).to(device)
+    out = model(input_ids=input_ids, attention_mask=attention_mask,
+                position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+    width = prompt_ids.shape[1]
+    return out.logits[:, width - 1 : width - 1 + rollout.response_ids.shape[1]].float() / temperature
+
+
+class PolicyTrainer:
+    """Holds the trainer model, its optimizer and the arm's loss function (from verl's registry)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: DictConfig, pad_id: int):
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        self.model = model
+        self.cfg = cfg
+        self.pad_id = pad_id
+        self.loss_fn = get_policy_loss_fn(cfg.method.loss_mode)
+        self.config = actor_config(cfg.method)
+        self.cap = float(cfg.method.tis_cap) if cfg.method.tis_cap is not None else None
+        self.score_centering = bool(cfg.method.score_centering)
+        t = cfg.trainer
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+    def step(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step on ``batch``; returns the step's actor metrics."""
+        self.model.train()
+        rollout, device = batch.rollout, next(self.model.parameters()).device
+        total_tokens = int(rollout.response_mask.sum())
+        self.config.global_batch_info.clear()
+        self.config.global_batch_info.update({"dp_size": 1, "batch_num_tokens": total_tokens})
+        rows = rollout.response_ids.shape[0]
+        micro = self.cfg.backend.micro_batch_size
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        for start in range(0, rows, micro):
+            part = slice(start, start + micro)
+            mb = rollout.rows(part)
+            mask = mb.response_mask.to(device)
+            tokens = float(mask.sum())
+            logits = response_logits(self.model, mb, self.pad_id, self.cfg.rollout.temperature)
+            log_prob = head_log_probs(logits, mb.response_ids.to(device)[..., None]).squeeze(-1)
+            train_head = head_log_probs(logits, mb.head_ids.to(device), self.cfg.backend.head_chunk_rows)
+            sampler_head = mb.head_log_probs.to(device)
+            kwargs = {}
+            if self.score_centering:
+                correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap)
+                kwargs["sc_correction"] = correction
+            else:
+                with torch.no_grad():
+                    _, q_mass, p_mass = centering_term(train_head.detach(), sampler_head)
+            advantages = batch.advantages[part, : mask.shape[1]].to(device)
+            loss, loss_metrics = self.loss_fn(
+                old_log_prob=mb.log_probs.to(device), log_prob=log_prob, advantages=advantages,
+                response_mask=mask, loss_agg_mode=self.cfg.trainer.loss_agg_mode, config=self.config, **kwargs,
+            )
+            loss.backward()
+            with torch.no_grad():
+                log_p = torch.log_softmax(logits, dim=-1)
+                entropy = -(log_p.exp() * log_p).sum(-1)
+                in_head = (mb.head_ids.to(device) == mb.response_ids.to(device)[..., None]).any(-1).float()
+                local = {
+                    "actor/entropy": _masked_sum(entropy, mask),
+                    "mismatch/sampler_head_mass": _masked_sum(q_mass, mask),
+                    "mismatch/train_head_mass": _masked_sum(p_mass, mask),
+                    "mismatch/sampled_in_head": _masked_sum(in_head, mask),
+                }
+            for key, value in loss_metrics.items():
+                # pg_loss is already scaled by the global token count; the rest are micro-batch means
+                local[key] = value if key == "actor/pg_loss" else value * tokens
+            for key, value in local.items():
+                sums[key] = sums.get(key, 0.0) + value
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
+        self.optimizer.step()
+        metrics = {k: (v if k == "actor/pg_loss" else v / total_tokens) for k, v in sums.items()}
+        metrics["actor/grad_norm"] = float(grad_norm)
+        if self.score_centering:
+            metrics["actor/sc_sampler_head_mass"] = metrics["mismatch/sampler_head_mass"]
+            metrics["actor/sc_train_head_mass"] = metrics["mismatch/train_head_mass"]
+        return metrics
+
+
+def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float(torch.where(mask.bool(), x, 0.0).sum())
