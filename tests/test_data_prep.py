@@ -247,6 +247,26 @@ def test_cli_all_on_fixtures(tmp_path, tok_dir):
         out / "aime2025" / "test.parquet"
     )
 
+    # the reference counts can be insisted on: a mismatch fails before anything is written
+    rc = data_main(
+        [
+            "train",
+            "--source",
+            str(DAPO),
+            "--tokenizer",
+            str(tok_dir),
+            "--max-prompt-length",
+            "150",
+            "--expect-rows",
+            "8",
+            "--expect-kept",
+            "6",
+            "--out",
+            str(tmp_path / "t.parquet"),
+        ]
+    )
+    assert rc == 2 and not (tmp_path / "t.parquet").exists()
+
     bad = tmp_path / "bad_aime.jsonl"
     shutil.copy(AIME24, bad)
     with bad.open("a") as f:

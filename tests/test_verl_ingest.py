@@ -236,6 +236,14 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
     assert last["ended"] is None and last["end_step"] is None and last["start_step"] == 4
     assert check_contract(run) == []
 
+    # a third attempt has started but logged nothing: it resumes from the checkpoint marker
+    layout.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    metrics = json.loads(ingest_run(run).read_text())
+    a1, a2, a3 = metrics["run"]["attempts"]
+    assert (a2["status"], a2["end_step"], a2["ended"] is not None) == ("killed", 6, True)
+    assert (a3["status"], a3["start_step"], a3["ended"]) == ("running", 4, None)
+    assert metrics["run"]["last_step"] == 6 and check_contract(run) == []
+
     # verl logged step 8 but its dump is still being written: the evaluation waits, the train row does not
     run2 = make_run(tmp_path / "b")
     write_dump(run2, 8, ALL_RIGHT, SHORT, drop_last=True)

@@ -2,7 +2,7 @@
 
 Examples (the defaults are the reference experiment's sources)::
 
-    python -m ablations.data all --out-dir data/ --tokenizer Qwen/Qwen3-4B
+    python -m ablations.data all --out-dir data/ --tokenizer Qwen/Qwen3-4B --expect-rows 17398 --expect-kept 17390
         # -> data/dapo_math_17k/train.parquet, data/aime2024/test.parquet, data/aime2025/test.parquet,
         #    data/overlap.json, data/prep_report.json (+ a <file>.report.json beside each parquet)
     python -m ablations.data train --out data/dapo_math_17k/train.parquet --tokenizer Qwen/Qwen3-4B
@@ -50,11 +50,28 @@ def report_path(parquet: Path) -> Path:
     return parquet.with_name(parquet.stem + ".report.json")
 
 
-def build_train(source: dict[str, Any], tokenizer: Any, tokenizer_name: str, max_len: int, out: Path) -> dict:
+def build_train(
+    source: dict[str, Any],
+    tokenizer: Any,
+    tokenizer_name: str,
+    max_len: int,
+    out: Path,
+    expect: tuple[int | None, int | None] = (None, None),
+) -> dict:
+    """Prepare and write the train parquet; ``expect`` = (rows read, rows kept) to insist on."""
     rows = load_rows(
         source["source"], config=source["config"], split=source["split"], revision=source["revision"]
     )
     prepared, report = prepare_train(rows, tokenizer, max_prompt_length=max_len)
+    for what, want, got in (
+        ("rows read", expect[0], report["rows_read"]),
+        ("rows kept", expect[1], report["kept"]),
+    ):
+        if want is not None and want != got:
+            raise DataPrepError(
+                f"train: {got} {what}, expected {want} (read {report['rows_read']}, kept {report['kept']}, "
+                f"{report['dropped_over_length']} over {max_len} tokens, {report['skipped_malformed']} malformed)"
+            )
     write_parquet(prepared, out)
     report = {
         "output": str(out),
@@ -150,6 +167,14 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ablations.data", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
+    def expect(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--expect-rows", type=int, default=None, help="fail unless the train source has this many rows"
+        )
+        p.add_argument(
+            "--expect-kept", type=int, default=None, help="fail unless this many train rows are kept"
+        )
+
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--tokenizer", default=DEFAULT_TOKENIZER, help="the policy's tokenizer (hub id or folder)"
@@ -159,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="DAPO-Math-17k -> verl train parquet")
     _add_source_args(p, "", TRAIN_SOURCE)
     common(p)
+    expect(p)
     p.add_argument("--out", type=Path, default=Path("data") / TRAIN_FILE)
 
     p = sub.add_parser("eval", help="one AIME set -> verl eval parquet")
@@ -184,6 +210,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--expected-count", type=int, default=30)
     p.add_argument("--ngram", type=int, default=DEFAULT_NGRAM)
     common(p)
+    expect(p)
     p.add_argument("--out-dir", type=Path, default=Path("data"))
     return ap
 
@@ -196,7 +223,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         tokenizer = load_tokenizer(args.tokenizer)
         if args.command == "train":
-            build_train(_source_from(args, ""), tokenizer, args.tokenizer, args.max_prompt_length, args.out)
+            build_train(
+                _source_from(args, ""),
+                tokenizer,
+                args.tokenizer,
+                args.max_prompt_length,
+                args.out,
+                (args.expect_rows, args.expect_kept),
+            )
         elif args.command == "eval":
             default = EVAL_SETS.get(
                 args.name, {"source": None, "config": None, "split": "train", "revision": None}
@@ -222,7 +256,12 @@ def main(argv: list[str] | None = None) -> int:
             train_out = out_dir / TRAIN_FILE
             summary = {
                 "train": build_train(
-                    _source_from(args, "train-"), tokenizer, args.tokenizer, args.max_prompt_length, train_out
+                    _source_from(args, "train-"),
+                    tokenizer,
+                    args.tokenizer,
+                    args.max_prompt_length,
+                    train_out,
+                    (args.expect_rows, args.expect_kept),
                 )
             }
             eval_outs = []

@@ -24,6 +24,15 @@ comes from the later attempt. Train steps must then run 1..last without a gap; a
 :class:`IngestError` naming the missing steps and what each attempt logged. A torn last line (a
 line being written) is ignored; a torn line elsewhere raises.
 
+``run.attempts``: one entry per attempt folder. ``start_step`` as above (an attempt with no lines
+yet: the step in ``latest_checkpointed_iteration.txt``); ``end_step`` the last train step the
+attempt logged (the last attempt: null while running, else the run's last step); ``started`` and
+``ended`` are kept from an existing ``metrics.json`` (the launcher may write them through
+:class:`~runners.run_record.RunRecord`), else taken from the files' times; an earlier attempt
+still marked running is ``killed``. ``run.status``: the ``status`` argument, else unchanged when
+an earlier call closed the record at the same step, else ``finished`` once
+``trainer.total_steps`` steps are logged, else ``running``.
+
 Train metric names (contract name <- verl 0.9.1 source; every other numeric verl metric is kept
 under its own name; a contract metric with no source is written as null and logged):
 
@@ -627,15 +636,17 @@ def ingest_run(
     record.data["run"]["status"] = run_status
     record.data["run"]["last_step"] = last
 
+    # order for readers watching the run: a val row appears only after its file, and a file goes
+    # only after the record that referenced it is replaced
     out_dir = run_dir / VAL_DIR
     out_dir.mkdir(exist_ok=True)
     for s, text in val_files.items():
         _write_if_changed(out_dir / f"step_{s:06d}.jsonl", text)
+    record.save()
     for stale in out_dir.glob("step_*.jsonl"):
         m = re.fullmatch(r"step_(\d+)\.jsonl", stale.name)
         if m and int(m.group(1)) > last:
             stale.unlink()  # an evaluation of a trajectory a resume discarded
-    record.save()
     return record.path
 
 
