@@ -329,3 +329,34 @@ def test_reward_scores_with_math_dapo_and_reports_length(tok):
     assert result["reward_score"] == 1.0
     extra = result["reward_extra_info"]
     assert extra["response_length"] == 3 and extra["problem_id"] == "aime2024-00" and extra["acc"] == 1.0
+
+
+def test_launch_keys_resolve_to_the_project_reward():
+    """The reward keys the launch config sets resolve, through verl's own loaders, to this module."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
+
+    import ablations.reward
+
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "custom_reward_function": {
+                    "path": "pkg://ablations.reward",
+                    "name": "compute_score",
+                    "reward_kwargs": {},
+                },
+                "reward_manager": {
+                    "source": "importlib",
+                    "name": "LengthAwareRewardManager",
+                    "module": {"path": "pkg://ablations.reward"},
+                },
+            }
+        }
+    )
+    assert resolve_reward_manager_cls(config) is ablations.reward.LengthAwareRewardManager
+    fn = get_custom_reward_fn(config)
+    out = fn(
+        data_source="aime2025", solution_str="Answer: 60", ground_truth="60", extra_info={"problem_id": "p"}
+    )
+    assert (out["score"], out["problem_id"]) == (1.0, "p")
