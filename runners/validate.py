@@ -92,7 +92,7 @@ def _flatten(d: object, prefix: str = "") -> dict[str, object]:
     return {prefix[:-1]: d}
 
 
-def check_run_dir(run_dir: Path, config_yaml: str) -> None:
+def check_existing_config(run_dir: Path, config_yaml: str) -> None:
     """An existing run folder must hold the same config (apart from resume-insensitive keys)."""
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
@@ -128,4 +128,4 @@ def validate(cfg: DictConfig, config_yaml: str) -> None:
     check_common(cfg)
     check_method(cfg)
     backend_module(cfg).validate(cfg)
-    check_run_dir(run_dir_of(cfg), config_yaml)
+    check_existing_config(run_dir_of(cfg), config_yaml)
