@@ -1,0 +1,64 @@
+"""The verl backend: each arm as verl V1 ``separate_async`` (FSDP2 trainer + vLLM rollout on Ray).
+
+Two entry points, called by ``runners/launch.py``:
+
+* :func:`validate` -- reject a config that cannot work, before any compute (``ValueError`` naming
+  the key and the allowed values; a score-centering arm on a verl without score-centering support
+  fails here, naming the verl commit and the install command).
+* :func:`run` -- ``backend.dry_run=true``: write the exact command, the override list and a launch
+  script into the run directory and validate them against the installed verl, starting nothing;
+  otherwise launch ``python -m verl.trainer.main_ppo`` and follow it (progress, log file, metrics
+  ingestion).
+
+Modules: ``overrides`` (config -> verl overrides, pure), ``newer_keys`` (keys only newer verl
+has), ``sc_support`` (does this verl support score centering), ``sc_seam``/``sc_hook`` (the
+project's correction in verl's slot), ``dry_run``, ``launch``, ``layout`` (files in the run dir),
+``checks`` (validate). Importing this package does not import verl.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ``ValueError`` if this config cannot run on the verl backend."""
+    from runners.verl_backend.checks import validate as _validate
+
+    _validate(cfg)
+
+
+def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> None:
+    """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``).
+
+    ``config_sha256`` (passed by ``runners/launch.py``) is not needed here: ingestion hashes the
+    ``config.yaml`` the launcher wrote into ``run_dir``.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.backend.dry_run:
+        from runners.verl_backend.dry_run import dry_run
+
+        report = dry_run(cfg, run_dir)
+        newer = ", ".join(f"{r['key']} ({r['status']})" for r in report["newer_keys"]) or "none"
+        log.info(
+            "dry run of %s passed against verl %s; keys of newer verl: %s; files in %s",
+            cfg.run_name,
+            report["verl_version"],
+            newer,
+            run_dir / "verl" / "dry_run",
+        )
+        for note in report.get("notes", []):
+            log.info("note: %s", note)
+        return
+    from runners.verl_backend.launch import launch
+
+    launch(cfg, run_dir)
+
+
+__all__ = ["run", "validate"]

@@ -1,0 +1,250 @@
+"""``validate(cfg)``: reject a verl-backend config that cannot work, before anything starts.
+
+Every error is a ``ValueError`` naming the key and what it allows. The checks that need verl's
+composed config (batch divisibility, dataclass fields, ...) run in the dry run; these are the
+project-level ones, plus: a real launch of a score-centering arm on a verl without score-centering
+support fails here, naming the verl commit and the install command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from runners.verl_backend import overrides as ovr
+
+TRAINER_MODES = ("separate_async",)
+OFF_POLICY_STRATEGIES = ("drop", "wait")
+RESUME_MODES = ("auto", "disable")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+STRATEGIES = ("fsdp", "fsdp2")
+ROLLOUT_ENGINES = ("vllm",)
+_MISSING = object()
+
+
+def _value(cfg: DictConfig, key: str) -> Any:
+    try:
+        value = OmegaConf.select(cfg, key, default=_MISSING, throw_on_missing=True)
+    except MissingMandatoryValue as err:
+        raise ValueError(f"{key} must be set (it is ??? in the config)") from err
+    if value is _MISSING:
+        raise ValueError(f"{key} is missing from the config")
+    return value
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _int(cfg: DictConfig, key: str, minimum: int, *, or_minus_one: bool = False) -> int:
+    value = _value(cfg, key)
+    ok = (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (value >= minimum or (or_minus_one and value == -1))
+    )
+    if not ok:
+        _fail(key, value, f"an integer >= {minimum}" + (" or -1" if or_minus_one else ""))
+    return value
+
+
+def _positive(cfg: DictConfig, key: str) -> float:
+    value = _value(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        _fail(key, value, "a number > 0")
+    return float(value)
+
+
+def _choice(cfg: DictConfig, key: str, allowed: tuple[str, ...]) -> str:
+    value = _value(cfg, key)
+    if value not in allowed:
+        _fail(key, value, f"one of {list(allowed)}")
+    return value
+
+
+def _bool(cfg: DictConfig, key: str) -> bool:
+    value = _value(cfg, key)
+    if not isinstance(value, bool):
+        _fail(key, value, "true or false")
+    return value
+
+
+def _registered_arms() -> dict[str, Any]:
+    import verl  # noqa: F401 - the plug-in registers the project's losses
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    return {k: v for k, v in POLICY_LOSS_REGISTRY.items() if k.startswith("ablation_")}
+
+
+def _check_method(cfg: DictConfig) -> None:
+    arms = _registered_arms()
+    loss_mode = _value(cfg, "method.loss_mode")
+    if loss_mode not in arms:
+        _fail("method.loss_mode", loss_mode, f"a registered project arm, one of {sorted(arms)}")
+    sc = _bool(cfg, "method.score_centering")
+    from runners.verl_backend.newer_keys import loss_takes_sc_correction
+
+    takes = loss_takes_sc_correction(loss_mode)
+    if sc != takes:
+        raise ValueError(
+            f"method.score_centering={sc} does not fit method.loss_mode={loss_mode!r}, which "
+            f"{'takes' if takes else 'does not take'} sc_correction"
+        )
+    cap = _value(cfg, "method.tis_cap")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0):
+        _fail("method.tis_cap", cap, "null (no TIS) or a number > 0")
+    if sc:
+        _int(cfg, "method.top_k", 1)
+        if float(_value(cfg, "rollout.top_p")) != 1.0:
+            _fail(
+                "rollout.top_p",
+                _value(cfg, "rollout.top_p"),
+                "1.0 for score centering (the head needs the full distribution)",
+            )
+        if int(_value(cfg, "rollout.top_k")) != -1:
+            _fail(
+                "rollout.top_k",
+                _value(cfg, "rollout.top_k"),
+                "-1 for score centering (the head needs the full distribution)",
+            )
+        if _value(cfg, "backend.rollout_engine.logprobs_mode") != "processed_logprobs":
+            _fail(
+                "backend.rollout_engine.logprobs_mode",
+                _value(cfg, "backend.rollout_engine.logprobs_mode"),
+                "processed_logprobs for score centering (the sampled distribution)",
+            )
+        if not _bool(cfg, "backend.actor.remove_padding"):
+            _fail(
+                "backend.actor.remove_padding",
+                False,
+                "true for score centering (verl's slot needs the packed layout)",
+            )
+
+
+def _check_schedule(cfg: DictConfig) -> None:
+    _int(cfg, "seed", 0)
+    _int(cfg, "trainer.total_steps", 1)
+    prompts = _int(cfg, "trainer.prompts_per_step", 1)
+    _int(cfg, "trainer.n", 2)
+    _positive(cfg, "trainer.lr")
+    wd = _value(cfg, "trainer.weight_decay")
+    if isinstance(wd, bool) or not isinstance(wd, int | float) or wd < 0:
+        _fail("trainer.weight_decay", wd, "a number >= 0")
+    _positive(cfg, "trainer.grad_clip")
+    _choice(cfg, "trainer.loss_agg_mode", LOSS_AGG_MODES)
+    _int(cfg, "trainer.test_freq", 1, or_minus_one=True)
+    _int(cfg, "trainer.save_freq", 1, or_minus_one=True)
+    _choice(cfg, "trainer.resume", RESUME_MODES)
+    _positive(cfg, "rollout.temperature")
+    prompt = _int(cfg, "rollout.max_prompt_length", 1)
+    response = _int(cfg, "rollout.max_response_length", 1)
+    _int(cfg, "rollout.max_staleness", 1)
+    sync = _int(cfg, "rollout.parameter_sync_step", 1)
+    if prompts % sync:
+        _fail(
+            "rollout.parameter_sync_step",
+            sync,
+            f"a divisor of trainer.prompts_per_step ({prompts}): "
+            "separate_async trains prompts_per_step / parameter_sync_step prompts per mini-batch",
+        )
+    eval_n = _int(cfg, "eval.n", 1)
+    eval_t = _value(cfg, "eval.temperature")
+    if eval_n > 1 and not (isinstance(eval_t, int | float) and eval_t > 0):
+        _fail(
+            "eval.temperature", eval_t, f"> 0 when eval.n={eval_n} (at 0 the {eval_n} samples are identical)"
+        )
+    top_p = _value(cfg, "eval.top_p")
+    if not (isinstance(top_p, int | float) and 0 < top_p <= 1):
+        _fail("eval.top_p", top_p, "a number in (0, 1]")
+    if _bool(cfg, "backend.actor.use_dynamic_bsz"):
+        tokens = _int(cfg, "backend.actor.max_token_len_per_gpu", 1)
+        if tokens < prompt + response:
+            _fail(
+                "backend.actor.max_token_len_per_gpu",
+                tokens,
+                f">= rollout.max_prompt_length + rollout.max_response_length ({prompt + response})",
+            )
+
+
+def _check_backend(cfg: DictConfig) -> None:
+    _choice(cfg, "backend.trainer_mode", TRAINER_MODES)
+    _choice(cfg, "backend.off_policy_strategy", OFF_POLICY_STRATEGIES)
+    _int(cfg, "backend.num_warmup_batches", 0)
+    _int(cfg, "backend.placement.nnodes", 1)
+    _int(cfg, "backend.placement.trainer_gpus_per_node", 1)
+    _int(cfg, "backend.placement.rollout_nnodes", 1)
+    gpus = _int(cfg, "backend.placement.rollout_gpus_per_node", 1)
+    tp = _int(cfg, "backend.placement.rollout_tensor_parallel", 1)
+    if gpus % tp:
+        _fail(
+            "backend.placement.rollout_tensor_parallel",
+            tp,
+            f"a divisor of backend.placement.rollout_gpus_per_node ({gpus})",
+        )
+    _choice(cfg, "backend.actor.strategy", STRATEGIES)
+    _choice(cfg, "backend.rollout_engine.name", ROLLOUT_ENGINES)
+    if _value(cfg, "backend.rollout_engine.checkpoint_engine") == "naive":
+        _fail(
+            "backend.rollout_engine.checkpoint_engine",
+            "naive",
+            "a non-naive backend (nccl, nixl, ...) for separate_async",
+        )
+    util = _value(cfg, "backend.rollout_engine.gpu_memory_utilization")
+    if not (isinstance(util, int | float) and 0 < util <= 1):
+        _fail("backend.rollout_engine.gpu_memory_utilization", util, "a number in (0, 1]")
+    keep = _value(cfg, "backend.actor.max_ckpt_to_keep")
+    if keep is not None:
+        _int(cfg, "backend.actor.max_ckpt_to_keep", 1)
+    if "file" not in list(_value(cfg, "backend.logger")):
+        _fail(
+            "backend.logger",
+            list(_value(cfg, "backend.logger")),
+            "a list that contains 'file' (metrics ingestion reads it)",
+        )
+    _positive(cfg, "backend.ingest_interval_s")
+    extra = _value(cfg, "backend.extra_overrides")
+    if not all(isinstance(x, str) for x in extra):
+        _fail("backend.extra_overrides", list(extra), "a list of verl override strings")
+
+
+def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
+    if not str(_value(cfg, "model.path")):
+        _fail("model.path", "", "a Hugging Face model id or a local checkpoint folder")
+    _value(cfg, "data.dir")
+    _value(cfg, "data.train.file")
+    sets = _value(cfg, "data.eval_sets")
+    names = [str(s.name) for s in sets]
+    if not names:
+        _fail("data.eval_sets", [], "at least one evaluation set")
+    if len(set(names)) != len(names) or any(n != n.lower() for n in names):
+        _fail("data.eval_sets[].name", names, "distinct lowercase names (equal names merge their metrics)")
+    files = [str(s.file) for s in sets]
+    if len(set(files)) != len(files):
+        _fail("data.eval_sets[].file", files, "one file per evaluation set")
+    if dry_run:
+        return
+    train, evals = ovr.data_files(cfg)
+    missing = [str(p) for p in [train, *evals] if not Path(p).exists()]
+    if missing:
+        raise ValueError(
+            f"data.dir={cfg.data.dir!r}: data files missing: {missing}; run the data preparation "
+            "(ablations.data) first, or point data.dir at the folder that holds them"
+        )
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ``ValueError`` (naming the key and the allowed values) if this config cannot run."""
+    if _value(cfg, "backend.name") != "verl":
+        _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
+    dry_run = _bool(cfg, "backend.dry_run")
+    _check_backend(cfg)
+    _check_schedule(cfg)
+    _check_data(cfg, dry_run=dry_run)
+    _check_method(cfg)
+    if ovr.is_score_centering(cfg) and not dry_run:
+        from runners.verl_backend import sc_support
+
+        sc_support.require(f"method={cfg.method.name} (score centering)")

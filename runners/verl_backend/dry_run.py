@@ -1,0 +1,263 @@
+"""``backend.dry_run=true``: write the exact launch, then check it against the installed verl.
+
+Writes into ``<run_dir>/verl/dry_run/``:
+
+    command.txt       the exact command line (environment + argv) of the next attempt
+    overrides.txt     the full verl override list, one per line
+    launch.sh         a script that runs that command (what a real launch runs)
+    verl_config.yaml  verl's ppo_trainer config composed offline with those overrides
+    report.json       what was checked and how (verl version, keys of newer verl, results)
+
+The check runs in a fresh Python process with the launch's own environment
+(``VERL_USE_EXTERNAL_MODULES`` etc.), so verl is imported exactly as the real driver imports it:
+the project's losses register, and on a verl with score-centering support the seam installs. It
+composes ``ppo_trainer`` offline (``hydra.initialize_config_module("verl.trainer.config")``), runs
+verl's ``validate_config`` and its dataclass conversions, checks that the loss is registered and
+that the V1 ``separate_async`` launch shape holds, and checks keys that exist only in newer verl
+against :mod:`runners.verl_backend.newer_keys` instead of composing them. No Ray, no GPU.
+
+``python -m runners.verl_backend.dry_run <request.json>`` is that checking process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runners.verl_backend import launch, layout
+from runners.verl_backend import overrides as ovr
+
+REPORT = "report.json"
+
+
+@contextlib.contextmanager
+def _own_hydra():
+    """A Hydra instance for verl's config module, leaving any caller's Hydra state as it was."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module("verl.trainer.config", version_base=None):
+            yield
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def compose_verl(overrides: list[str]) -> DictConfig:
+    """verl's ``ppo_trainer`` config with ``overrides``, composed offline."""
+    from hydra import compose
+
+    with _own_hydra():
+        return compose("ppo_trainer", overrides=list(overrides))
+
+
+def launch_shape_problems(cfg: DictConfig) -> list[str]:
+    """What the V1 separate_async trainer would reject or silently get wrong at start-up."""
+    problems = []
+    sel = lambda key: OmegaConf.select(cfg, key)  # noqa: E731
+    if sel("trainer.use_v1") is not True:
+        problems.append("trainer.use_v1 must be True")
+    if sel("trainer.v1.trainer_mode") == "separate_async":
+        sync, mini, batch = (
+            sel("trainer.v1.separate_async.parameter_sync_step"),
+            sel("actor_rollout_ref.actor.ppo_mini_batch_size"),
+            sel("data.train_batch_size"),
+        )
+        if batch != sync * mini:
+            problems.append(
+                f"separate_async needs data.train_batch_size ({batch}) = parameter_sync_step ({sync}) x "
+                f"ppo_mini_batch_size ({mini})"
+            )
+        if sel("actor_rollout_ref.rollout.checkpoint_engine.backend") == "naive":
+            problems.append(
+                "separate_async needs a non-naive actor_rollout_ref.rollout.checkpoint_engine.backend"
+            )
+        if sel("actor_rollout_ref.hybrid_engine") is not False:
+            problems.append(
+                "separate_async with standalone rollout needs actor_rollout_ref.hybrid_engine=False"
+            )
+        if not (sel("actor_rollout_ref.rollout.nnodes") or 0) >= 1:
+            problems.append("standalone rollout needs actor_rollout_ref.rollout.nnodes >= 1")
+    gpus, tp = (
+        sel("actor_rollout_ref.rollout.n_gpus_per_node"),
+        sel("actor_rollout_ref.rollout.tensor_model_parallel_size"),
+    )
+    if gpus % tp:
+        problems.append(
+            f"actor_rollout_ref.rollout.n_gpus_per_node ({gpus}) must be a multiple of tensor_model_parallel_size ({tp})"
+        )
+    val = cfg.actor_rollout_ref.rollout.val_kwargs
+    if val.n > 1 and not (val.do_sample and val.temperature > 0):
+        problems.append(
+            "val_kwargs.n > 1 needs do_sample=True and temperature > 0 (else n identical greedy samples)"
+        )
+    for key in ("trainer.default_local_dir", "trainer.validation_data_dir"):
+        if not Path(str(sel(key))).is_absolute():
+            problems.append(f"{key} must be absolute (Ray actors run in another working directory)")
+    env_vars = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
+    logger_path = env_vars.get("VERL_FILE_LOGGER_PATH")
+    if "file" in list(sel("trainer.logger")) and not (logger_path and Path(logger_path).is_absolute()):
+        problems.append(
+            "the file logger needs an absolute VERL_FILE_LOGGER_PATH in ray_kwargs.ray_init.runtime_env.env_vars"
+        )
+    return problems
+
+
+def _data_problems(cfg: DictConfig) -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` about the parquet files: checked when they exist, noted when not."""
+    problems, notes = [], []
+    files = {"train": list(cfg.data.train_files), "val": list(cfg.data.val_files)}
+    sources: dict[str, set[str]] = {}
+    for role, paths in files.items():
+        for path in paths:
+            if not Path(path).exists():
+                notes.append(f"{role} file {path} does not exist yet (data preparation writes it)")
+                continue
+            import pyarrow.parquet as pq
+
+            column = pq.read_table(path, columns=["data_source"]).column("data_source").to_pylist()
+            sources[path] = set(column)
+    val_names = [sources[p] for p in files["val"] if p in sources]
+    flat = [name for names in val_names for name in names]
+    if len(flat) != len(set(flat)) or any(len(names) != 1 for names in val_names):
+        problems.append(f"each evaluation file needs one data_source of its own, got {val_names}")
+    return problems, notes
+
+
+def check_against_installed_verl(overrides: list[str], *, score_centering: bool = False) -> dict[str, Any]:
+    """Compose, validate and table-check ``overrides`` in this process; raise ``ValueError`` on failure.
+
+    For a score-centering arm on a verl that supports it, the seam is installed first by importing
+    the same hook module the real launch names in ``VERL_USE_EXTERNAL_MODULES``, so verl's own
+    config check runs as in the real driver. On a verl without support the arm is checked against
+    the table and the report notes what a real launch needs.
+    """
+    import verl  # noqa: F401 - loads the project's plug-in (and the seam, via the environment)
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    from runners.verl_backend import newer_keys, sc_seam, sc_support
+
+    support = sc_support.check()
+    notes: list[str] = []
+    if score_centering and support.ok:
+        importlib.import_module(
+            ovr.SC_HOOK_MODULE
+        )  # installs the seam, as at the real driver's `import verl`
+    elif score_centering:
+        notes.append("a real launch of this arm fails on this verl: " + support.message())
+    native, deferred = newer_keys.split(overrides)
+    cfg = compose_verl(native)
+    problems: list[str] = []
+    try:
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except (AssertionError, ValueError, TypeError) as err:
+        problems.append(f"verl validate_config: {err}")
+    for key in ("algorithm", "actor_rollout_ref.rollout"):
+        try:
+            omega_conf_to_dataclass(OmegaConf.select(cfg, key))
+        except Exception as err:  # noqa: BLE001 - any failure of verl's own conversion is a finding
+            problems.append(f"verl rejects {key}: {err}")
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if loss_mode not in POLICY_LOSS_REGISTRY:
+        arms = sorted(k for k in POLICY_LOSS_REGISTRY if k.startswith("ablation_"))
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
+            f"process (registered project arms: {arms}); is the `ablations` plug-in installed?"
+        )
+    problems += launch_shape_problems(cfg)
+    data_problems, data_notes = _data_problems(cfg)
+    problems += data_problems
+    notes += data_notes
+    try:
+        newer = newer_keys.check(cfg, overrides, deferred)
+    except ValueError as err:
+        problems.append(str(err))
+        newer = []
+    if problems:
+        raise ValueError("dry run against the installed verl failed:\n  - " + "\n  - ".join(problems))
+    return {
+        "status": "passed",
+        "verl_version": support.verl_version,
+        "score_centering_support": support.ok,
+        "score_centering_missing": list(support.missing),
+        "seam_installed": bool(score_centering and support.ok and sc_seam.installed()),
+        "composed_overrides": len(native),
+        "newer_keys": newer,
+        "notes": notes,
+        "verl_config": OmegaConf.to_yaml(cfg),
+    }
+
+
+def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Write the launch files and check them against the installed verl; return the report."""
+    spec = launch.build_spec(cfg, run_dir)
+    out = layout.dry_run_dir(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text(spec.command_line() + "\n")
+    (out / "overrides.txt").write_text("\n".join(spec.overrides) + "\n")
+    script = out / "launch.sh"
+    script.write_text(
+        spec.script(f"verl launch of {cfg.run_name}, attempt {spec.paths.attempt} (written by the dry run)")
+    )
+    script.chmod(0o755)
+    request = out / "request.json"
+    score_centering = ovr.is_score_centering(cfg)
+    request.write_text(
+        json.dumps({"overrides": spec.overrides, "score_centering": score_centering}, indent=1) + "\n"
+    )
+    # The checking process imports verl like the driver, except that the seam hook is left to the
+    # check itself: on a verl without score-centering support the hook would stop `import verl`.
+    env = {**os.environ, **spec.env, "VERL_USE_EXTERNAL_MODULES": ovr.REGISTRY_MODULE}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.verl_backend.dry_run", str(request)],
+        cwd=spec.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    (out / "check.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not (out / REPORT).exists():
+        reason = (out / "error.txt").read_text() if (out / "error.txt").exists() else proc.stderr[-4000:]
+        raise ValueError(f"dry run of {cfg.run_name} failed; see {out / 'check.log'}\n{reason}")
+    report = json.loads((out / REPORT).read_text())
+    report["command"] = spec.command_line()
+    report["attempt"] = spec.paths.attempt
+    (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The checking process: ``python -m runners.verl_backend.dry_run <request.json>``."""
+    argv = sys.argv[1:] if argv is None else argv
+    request = Path(argv[0])
+    out = request.parent
+    for stale in (REPORT, "error.txt", "verl_config.yaml"):
+        (out / stale).unlink(missing_ok=True)
+    req = json.loads(request.read_text())
+    try:
+        report = check_against_installed_verl(req["overrides"], score_centering=bool(req["score_centering"]))
+    except Exception as err:  # noqa: BLE001 - reported to the parent process through error.txt
+        (out / "error.txt").write_text(f"{type(err).__name__}: {err}\n")
+        print(f"{type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    (out / "verl_config.yaml").write_text(report.pop("verl_config"))
+    (out / REPORT).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(f"dry run passed against verl {report['verl_version']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Launch one arm as ``python -m verl.trainer.main_ppo`` and follow it.
+
+One call of :func:`launch` is one *attempt* (``<run_dir>/verl/attempt-NNN/``): verl resumes from
+the newest checkpoint under ``<run_dir>/checkpoints`` by itself (``trainer.resume_mode=auto``),
+so running the same command again after a crash continues the run. verl's output goes to the
+attempt's ``verl.log``; a progress bar follows the ``step:N`` lines of verl's console logger; and
+``runners.verl_backend.ingest.ingest_run`` merges verl's metric files into ``metrics.json`` every
+``backend.ingest_interval_s`` seconds and once more when verl exits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from runners.verl_backend import layout
+from runners.verl_backend import overrides as ovr
+
+log = logging.getLogger(__name__)
+
+VERL_MODULE = "verl.trainer.main_ppo"
+_STEP = re.compile(r"(?:^|\s)step:(\d+)(?:\s|$)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    """Everything that defines one attempt's verl process."""
+
+    python: str
+    overrides: list[str]  # composed into verl's ppo_trainer config
+    hydra_overrides: list[str]  # verl's own Hydra app (output folder)
+    env: dict[str, str]  # set on top of the launcher's environment
+    cwd: Path
+    paths: layout.AttemptPaths
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.python, "-m", VERL_MODULE, *self.overrides, *self.hydra_overrides]
+
+    def command_line(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join(self.argv)}"
+
+    def script(self, header: str) -> str:
+        lines = ["#!/usr/bin/env bash", *(f"# {h}" for h in header.splitlines()), "set -euo pipefail"]
+        lines.append(f"cd {shlex.quote(str(self.cwd))}")
+        lines.append(f"mkdir -p {shlex.quote(str(self.paths.attempt_dir))}")
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        args = [shlex.quote(o) for o in self.argv[3:]]
+        lines.append(" \\\n  ".join([f"exec {shlex.quote(self.python)} -m {VERL_MODULE}", *args]))
+        return "\n".join(lines) + "\n"
+
+
+def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> LaunchSpec:
+    """The launch of ``attempt`` (default: the next one) of this run."""
+    attempt = layout.next_attempt(run_dir) if attempt is None else attempt
+    paths = layout.AttemptPaths(Path(run_dir), attempt)
+    python = str(cfg.backend.python) if cfg.backend.get("python") else sys.executable
+    return LaunchSpec(
+        python=python,
+        overrides=ovr.build_overrides(cfg, paths),
+        hydra_overrides=ovr.hydra_overrides(paths),
+        env=ovr.process_env(cfg, paths),
+        cwd=Path.cwd().resolve(),
+        paths=paths,
+    )
+
+
+def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool) -> None:
+    """Call the ingestion module (written separately; imported lazily)."""
+    try:
+        from runners.verl_backend.ingest import ingest_run
+    except ImportError as err:
+        log.warning(
+            "metrics ingestion unavailable (%s); verl's raw logs stay under %s", err, layout.verl_dir(run_dir)
+        )
+        return
+    try:
+        ingest_run(run_dir, cfg)
+    except Exception:
+        if final:
+            raise
+        log.exception("ingestion failed while verl runs; retrying at the next interval")
+
+
+class _Follower(threading.Thread):
+    """Copies verl's output to the log file and moves the progress bar on ``step:N`` lines."""
+
+    def __init__(self, stream, log_path: Path, total_steps: int, desc: str):
+        super().__init__(daemon=True)
+        self.stream, self.log_path = stream, log_path
+        self.total_steps, self.desc = total_steps, desc
+        self.last_step = 0
+
+    def run(self) -> None:
+        from tqdm import tqdm
+
+        with (
+            open(self.log_path, "a", buffering=1) as out,
+            tqdm(total=self.total_steps, desc=self.desc, unit="step", dynamic_ncols=True) as bar,
+        ):
+            for line in iter(self.stream.readline, ""):
+                out.write(line)
+                match = _STEP.search(line)
+                if match:
+                    step = int(match.group(1))
+                    if step > bar.n:
+                        bar.update(min(step, self.total_steps) - bar.n)
+                    self.last_step = max(self.last_step, step)
+
+
+def launch(cfg: DictConfig, run_dir: Path) -> None:
+    """Run one attempt of this arm under verl; raise ``RuntimeError`` if verl fails."""
+    if ovr.is_score_centering(cfg):
+        from runners.verl_backend import sc_support
+
+        sc_support.require(f"method={cfg.method.name} (score centering)")  # before anything starts
+    spec = build_spec(cfg, run_dir)
+    paths = spec.paths
+    paths.attempt_dir.mkdir(parents=True, exist_ok=True)
+    paths.launch_script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {paths.attempt}"))
+    paths.launch_script.chmod(0o755)
+    log.info("verl attempt %d of %s; log: %s", paths.attempt, cfg.run_name, paths.log_file)
+
+    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        spec.argv,
+        cwd=spec.cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,  # its own process group: an interrupt stops verl and its Ray workers
+    )
+    follower = _Follower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name)
+    follower.start()
+    interval = float(cfg.backend.ingest_interval_s)
+    next_ingest = time.monotonic() + interval
+    try:
+        while proc.poll() is None:
+            time.sleep(1.0)
+            if time.monotonic() >= next_ingest:
+                _ingest(run_dir, cfg, final=False)
+                next_ingest = time.monotonic() + interval
+    except BaseException:
+        _stop(proc)
+        raise
+    finally:
+        follower.join(timeout=30)
+        _ingest(run_dir, cfg, final=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
+            f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
+            "again resumes from the newest checkpoint."
+        )
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """SIGTERM verl's process group, then SIGKILL what is left after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,111 @@
+"""Where a verl run keeps its files inside the run directory (``results/<sweep>/<run>/``).
+
+    <run_dir>/
+      checkpoints/                     trainer.default_local_dir (verl's global_step_N/ folders)
+      verl/
+        dry_run/                       command.txt, overrides.txt, launch.sh, report.json, verl_config.yaml
+        validation/                    trainer.validation_data_dir: verl's per-sample dump, <step>.jsonl
+        rollouts/                      trainer.rollout_data_dir (backend.dump_rollouts): train samples, <step>.jsonl
+        attempt-001/                   one folder per launch of verl (a resume is a new attempt)
+          launch.sh                    the exact command of this attempt
+          verl.log                     verl's stdout + stderr
+          metrics.jsonl                verl's `file` logger (VERL_FILE_LOGGER_PATH; truncated on open,
+                                       hence one file per attempt)
+          hydra/                       verl's own Hydra output folder
+
+Ingestion (``runners.verl_backend.ingest``) reads :func:`file_logger_paths` and
+:func:`validation_dump_dir` and :func:`rollout_dump_dir`; checkpoints/export reads :func:`checkpoints_dir`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+_ATTEMPT = re.compile(r"^attempt-(\d{3,})$")
+
+
+def verl_dir(run_dir: Path) -> Path:
+    return Path(run_dir).resolve() / "verl"
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir).resolve() / "checkpoints"
+
+
+def validation_dump_dir(run_dir: Path) -> Path:
+    return verl_dir(run_dir) / "validation"
+
+
+def rollout_dump_dir(run_dir: Path) -> Path:
+    return verl_dir(run_dir) / "rollouts"
+
+
+def dry_run_dir(run_dir: Path) -> Path:
+    return verl_dir(run_dir) / "dry_run"
+
+
+def attempts(run_dir: Path) -> list[int]:
+    """Numbers of the attempts started so far, ascending."""
+    folder = verl_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    found = (_ATTEMPT.match(p.name) for p in folder.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def next_attempt(run_dir: Path) -> int:
+    done = attempts(run_dir)
+    return (done[-1] + 1) if done else 1
+
+
+def file_logger_paths(run_dir: Path) -> list[Path]:
+    """verl's JSONL metric files of every attempt, oldest first (those that exist)."""
+    paths = (AttemptPaths(Path(run_dir), n).file_logger for n in attempts(run_dir))
+    return [p for p in paths if p.exists()]
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptPaths:
+    """Absolute paths of one attempt (Ray actors run in another working directory)."""
+
+    run_dir: Path
+    attempt: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "run_dir", Path(self.run_dir).resolve())
+        if self.attempt < 1:
+            raise ValueError(f"attempt numbers start at 1, got {self.attempt}")
+
+    @property
+    def checkpoints(self) -> Path:
+        return checkpoints_dir(self.run_dir)
+
+    @property
+    def validation_dump(self) -> Path:
+        return validation_dump_dir(self.run_dir)
+
+    @property
+    def rollout_dump(self) -> Path:
+        return rollout_dump_dir(self.run_dir)
+
+    @property
+    def attempt_dir(self) -> Path:
+        return verl_dir(self.run_dir) / f"attempt-{self.attempt:03d}"
+
+    @property
+    def file_logger(self) -> Path:
+        return self.attempt_dir / "metrics.jsonl"
+
+    @property
+    def log_file(self) -> Path:
+        return self.attempt_dir / "verl.log"
+
+    @property
+    def launch_script(self) -> Path:
+        return self.attempt_dir / "launch.sh"
+
+    @property
+    def hydra_dir(self) -> Path:
+        return self.attempt_dir / "hydra"

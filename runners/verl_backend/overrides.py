@@ -1,0 +1,270 @@
+"""The project config -> verl override list, as a pure function.
+
+:func:`build_overrides` reads the resolved project config (``trainer.*``, ``rollout.*``,
+``eval.*``, ``method.*``, ``model.*``, ``data.*``, ``backend.*``) and the attempt's absolute
+paths, and returns the ``key=value`` strings ``python -m verl.trainer.main_ppo`` receives. Every
+value comes from the config; the only literals here are what *defines* the four arms in verl and
+therefore never varies between experiments:
+
+* GRPO advantages with group-mean centring and no std division; no KL (neither in the reward nor
+  as a loss), no entropy bonus (``entropy_coeff=0``); AdamW, constant lr, no warm-up; one PPO
+  epoch over one mini-batch per weight sync (one optimizer step per batch when
+  ``rollout.parameter_sync_step=1``).
+* Bypass mode with REINFORCE: the sampler's log-prob of the sampled token is ``old_log_prob`` (no
+  recompute pass) and no PPO clip; set on the driver side (``algorithm.rollout_correction``) *and*
+  on the actor side (``actor_rollout_ref.actor.policy_loss.rollout_correction``), because the V1
+  trainer does not copy one to the other. A TIS arm (``method.tis_cap``) sets token-level IS with
+  that cap (``rollout_is=token``, ``rollout_is_threshold=cap``): the loss reads the cap there and
+  the score-centering seam uses the same two keys to pick the SC+TIS correction.
+* The loss verl calls is the project's registered one: ``policy_loss.loss_mode=method.loss_mode``.
+* A score-centering arm requests the sampler's top-``method.top_k`` head from vLLM
+  (``rollout.topk_log_probs``) and switches verl's score-centering slot on
+  (``rollout_correction.score_centering`` on both sides); those keys exist only in newer verl
+  (:mod:`runners.verl_backend.newer_keys`).
+* Prompts over ``rollout.max_prompt_length`` tokens are dropped by verl too
+  (``data.filter_overlong_prompts=True``) and never cut silently (``data.truncation=error``).
+  Evaluation runs before training and every ``trainer.test_freq`` steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from runners.verl_backend.layout import AttemptPaths
+
+#: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``): the
+#: project's loss registration (also an entry point, but entry-point errors are swallowed; this
+#: route fails loudly) and, for score-centering arms, the seam that installs the project's
+#: correction into verl's logits-processor slot.
+REGISTRY_MODULE = "ablations.registry"
+SC_HOOK_MODULE = "runners.verl_backend.sc_hook"
+
+
+# -- value formatting --------------------------------------------------------------------------
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def format_value(value: Any) -> str:
+    """A Python value as Hydra override syntax that parses back to exactly that value."""
+    if isinstance(value, DictConfig | ListConfig):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        raise TypeError(f"dict values are not supported in overrides: {value!r}")
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str):
+        try:
+            if _parser().parse_override(f"k={value}").value() == value:
+                return value
+        except Exception:  # noqa: BLE001 - any parse failure means: quote it
+            pass
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, Iterable):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    raise TypeError(f"cannot format {value!r} ({type(value).__name__}) as an override value")
+
+
+def override(key: str, value: Any, *, add: bool = False) -> str:
+    """``key=value``; with ``add``, ``++key=value``: set whether or not verl's config has the key.
+
+    ``add`` is for keys verl's yaml does not declare (the actor-side rollout correction, chat
+    template kwargs, Ray env vars) or declares only in some versions (the score-centering keys).
+    A misspelt key is not silently added: the dry run converts the config to verl's dataclasses
+    and checks the score-centering keys against :mod:`runners.verl_backend.newer_keys`.
+    """
+    return f"{'++' if add else ''}{key}={format_value(value)}"
+
+
+def parse(entry: str) -> tuple[str, Any, str]:
+    """``(key, value, prefix)`` of one override string; prefix is "", "+" or "++"."""
+    parsed = _parser().parse_override(entry)
+    prefix = "++" if parsed.is_force_add() else "+" if parsed.is_add() else ""
+    return parsed.key_or_group, parsed.value(), prefix
+
+
+# -- the mapping -------------------------------------------------------------------------------
+def data_files(cfg: DictConfig) -> tuple[Path, list[Path]]:
+    """Absolute paths of the training parquet and the evaluation parquets (in ``data.eval_sets`` order)."""
+    root = Path(str(cfg.data.dir)).expanduser()
+    if not root.is_absolute():
+        root = root.resolve()
+    train = root / str(cfg.data.train.file)
+    evals = [root / str(s.file) for s in cfg.data.eval_sets]
+    return train, evals
+
+
+def is_score_centering(cfg: DictConfig) -> bool:
+    return bool(cfg.method.score_centering)
+
+
+def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
+    """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor."""
+    modules = [REGISTRY_MODULE] + ([SC_HOOK_MODULE] if is_score_centering(cfg) else [])
+    return {
+        "VERL_FILE_LOGGER_PATH": str(paths.file_logger),
+        "VERL_USE_EXTERNAL_MODULES": ",".join(modules),
+    }
+
+
+def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
+    """The rollout-correction block, identical on the driver and the actor side."""
+    cap = cfg.method.tis_cap
+    block: dict[str, Any] = {
+        "bypass_mode": True,
+        "loss_type": "reinforce",
+        "rollout_is": "token" if cap is not None else None,
+    }
+    if cap is not None:
+        block["rollout_is_threshold"] = float(cap)
+    return block
+
+
+def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
+    """The verl override list of one arm and attempt (see the module docstring)."""
+    b, t, r, e, m = cfg.backend, cfg.trainer, cfg.rollout, cfg.eval, cfg.method
+    place, actor, engine = b.placement, b.actor, b.rollout_engine
+    train_file, eval_files = data_files(cfg)
+    mini_batch = int(t.prompts_per_step) // int(r.parameter_sync_step)
+    ov: list[str] = []
+
+    def put(key: str, value: Any, *, add: bool = False) -> None:
+        ov.append(override(key, value, add=add))
+
+    # trainer: V1 separate_async, placement, schedule, outputs
+    put("trainer.use_v1", True)
+    put("trainer.v1.trainer_mode", b.trainer_mode)
+    put("trainer.v1.separate_async.parameter_sync_step", int(r.parameter_sync_step))
+    put("trainer.v1.separate_async.num_warmup_batches", int(b.num_warmup_batches))
+    put("trainer.v1.sampler.max_off_policy_threshold", int(r.max_staleness))
+    put("trainer.v1.sampler.max_off_policy_strategy", b.off_policy_strategy)
+    put("actor_rollout_ref.hybrid_engine", False)
+    put("trainer.nnodes", int(place.nnodes))
+    put("trainer.n_gpus_per_node", int(place.trainer_gpus_per_node))
+    put("actor_rollout_ref.rollout.nnodes", int(place.rollout_nnodes))
+    put("actor_rollout_ref.rollout.n_gpus_per_node", int(place.rollout_gpus_per_node))
+    put("actor_rollout_ref.rollout.tensor_model_parallel_size", int(place.rollout_tensor_parallel))
+    put("actor_rollout_ref.rollout.checkpoint_engine.backend", engine.checkpoint_engine)
+    put("trainer.total_training_steps", int(t.total_steps))
+    put("trainer.test_freq", int(t.test_freq))
+    put("trainer.save_freq", int(t.save_freq))
+    put("trainer.val_before_train", True)
+    put("trainer.resume_mode", str(t.resume))
+    put("trainer.default_local_dir", paths.checkpoints)
+    put("trainer.validation_data_dir", paths.validation_dump)
+    if b.dump_rollouts:
+        put("trainer.rollout_data_dir", paths.rollout_dump)
+    put("trainer.logger", list(b.logger))
+    put("trainer.project_name", b.project_name)
+    put("trainer.experiment_name", cfg.run_name)
+    if actor.max_ckpt_to_keep is not None:
+        put("trainer.max_actor_ckpt_to_keep", int(actor.max_ckpt_to_keep))
+
+    # data
+    put("data.train_files", [train_file])
+    put("data.val_files", eval_files)
+    put("data.train_batch_size", int(t.prompts_per_step))
+    put("data.max_prompt_length", int(r.max_prompt_length))
+    put("data.max_response_length", int(r.max_response_length))
+    put("data.filter_overlong_prompts", True)
+    put("data.truncation", "error")
+    put("data.seed", int(cfg.seed))
+    if cfg.model.get("enable_thinking") is not None:
+        put("data.apply_chat_template_kwargs.enable_thinking", bool(cfg.model.enable_thinking), add=True)
+
+    # model + actor (FSDP2 trainer)
+    put("actor_rollout_ref.model.path", str(cfg.model.path))
+    put("actor_rollout_ref.model.use_remove_padding", bool(actor.remove_padding))
+    put("actor_rollout_ref.model.enable_gradient_checkpointing", bool(actor.gradient_checkpointing))
+    put("actor_rollout_ref.model.use_fused_kernels", False)  # the head gather needs the full logits
+    put("actor_rollout_ref.actor.strategy", actor.strategy)
+    put("actor_rollout_ref.actor.fsdp_config.dtype", actor.dtype)
+    put("actor_rollout_ref.actor.fsdp_config.seed", int(cfg.seed))
+    put("actor_rollout_ref.actor.use_torch_compile", bool(actor.use_torch_compile))
+    put("actor_rollout_ref.actor.optim.optimizer", "AdamW")
+    put("actor_rollout_ref.actor.optim.lr", float(t.lr))
+    put("actor_rollout_ref.actor.optim.weight_decay", float(t.weight_decay))
+    put("actor_rollout_ref.actor.optim.clip_grad", float(t.grad_clip))
+    put("actor_rollout_ref.actor.optim.lr_scheduler_type", "constant")
+    put("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", 0.0)
+    put("actor_rollout_ref.actor.ppo_mini_batch_size", mini_batch)
+    put("actor_rollout_ref.actor.ppo_epochs", 1)
+    put("actor_rollout_ref.actor.use_dynamic_bsz", bool(actor.use_dynamic_bsz))
+    put("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", int(actor.max_token_len_per_gpu))
+    put("actor_rollout_ref.actor.loss_agg_mode", str(t.loss_agg_mode))
+    put("actor_rollout_ref.actor.entropy_coeff", 0.0)
+    put("actor_rollout_ref.actor.use_kl_loss", False)
+    put("actor_rollout_ref.actor.calculate_entropy", bool(actor.calculate_entropy))
+    put(
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
+        bool(actor.entropy_from_logits_with_chunking),
+    )
+    put("actor_rollout_ref.actor.data_loader_seed", int(cfg.seed))
+    put("actor_rollout_ref.actor.checkpoint.save_contents", list(actor.checkpoint_contents))
+
+    # the loss: the project's registered arm, bypass-mode REINFORCE on the actor side
+    put("actor_rollout_ref.actor.policy_loss.loss_mode", str(m.loss_mode))
+    correction = _rollout_correction(cfg)
+    for key, value in correction.items():
+        put(f"actor_rollout_ref.actor.policy_loss.rollout_correction.{key}", value, add=True)
+
+    # rollout (standalone vLLM replicas) and evaluation sampling
+    put("actor_rollout_ref.rollout.name", engine.name)
+    put("actor_rollout_ref.rollout.dtype", engine.dtype)
+    put("actor_rollout_ref.rollout.gpu_memory_utilization", float(engine.gpu_memory_utilization))
+    put("actor_rollout_ref.rollout.agent.num_workers", int(engine.agent_workers))
+    put("actor_rollout_ref.rollout.n", int(t.n))
+    put("actor_rollout_ref.rollout.do_sample", True)
+    put("actor_rollout_ref.rollout.temperature", float(r.temperature))
+    put("actor_rollout_ref.rollout.top_p", float(r.top_p))
+    put("actor_rollout_ref.rollout.top_k", int(r.top_k))
+    put("actor_rollout_ref.rollout.seed", int(cfg.seed))
+    put("actor_rollout_ref.rollout.calculate_log_probs", True)
+    put("actor_rollout_ref.rollout.logprobs_mode", engine.logprobs_mode)
+    put("actor_rollout_ref.rollout.val_kwargs.n", int(e.n))
+    put("actor_rollout_ref.rollout.val_kwargs.do_sample", True)
+    put("actor_rollout_ref.rollout.val_kwargs.temperature", float(e.temperature))
+    put("actor_rollout_ref.rollout.val_kwargs.top_p", float(e.top_p))
+    put("actor_rollout_ref.rollout.val_kwargs.top_k", int(r.top_k))
+
+    # advantages, rollout correction (driver side), reward
+    put("algorithm.adv_estimator", "grpo")
+    put("algorithm.norm_adv_by_std_in_grpo", False)
+    put("algorithm.use_kl_in_reward", False)
+    for key, value in correction.items():
+        put(f"algorithm.rollout_correction.{key}", value)
+    put("reward.custom_reward_function.path", b.reward.function_path)
+    put("reward.custom_reward_function.name", b.reward.function_name)
+    put("reward.reward_manager.source", b.reward.manager_source)
+    put("reward.reward_manager.name", b.reward.manager_name)
+    put("reward.reward_manager.module.path", b.reward.manager_module)
+
+    # score centering: sampler head from vLLM + verl's slot switched on (keys of newer verl)
+    if is_score_centering(cfg):
+        put("actor_rollout_ref.rollout.topk_log_probs", int(m.top_k), add=True)
+        put("algorithm.rollout_correction.score_centering", True, add=True)
+        put("actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering", True, add=True)
+
+    # environment of every Ray actor (the driver gets the same variables from the launcher)
+    for name, value in process_env(cfg, paths).items():
+        put(f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, add=True)
+
+    ov.extend(str(x) for x in b.extra_overrides)
+    return ov
+
+
+def hydra_overrides(paths: AttemptPaths) -> list[str]:
+    """Overrides of verl's *own* Hydra app (not part of the composed verl config)."""
+    return [override("hydra.run.dir", paths.hydra_dir)]

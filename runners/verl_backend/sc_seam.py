@@ -1,0 +1,227 @@
+"""The seam: the project's score-centering correction inside verl's FSDP engine.
+
+How verl (commit 8718ca30, PR #8010) computes the correction, read from its files:
+
+* ``verl/workers/engine_workers.py::select_actor_loss_fn`` picks
+  ``functools.partial(score_centering_ppo_loss, config=actor_config)`` as the actor's loss when
+  ``actor.policy_loss.rollout_correction.score_centering`` is on (FSDP only, no fused kernels).
+* The FSDP engine (``verl/workers/engine/fsdp/transformer_impl.py``,
+  ``FSDPEngineWithLMHead.prepare_model_outputs``) calls that same function as its logits
+  processor, ``logits_processor_func(student_logits=logits, data=micro_batch)``, with the
+  temperature-scaled trainer logits of the packed micro-batch, ``(1, nnz, V)``, and stores each
+  returned ``(1, nnz)`` tensor in the model output.
+* ``verl/trainer/ppo/score_centering.py::score_centering_ppo_loss`` dispatches, when given
+  ``student_logits``, to the module-level function ``score_centering_logits_processor(student_logits,
+  data, config, data_format)``, looked up by name at call time. That function gathers the
+  trainer's log-probs at the sampler's head ids (``data["rollout_topk_ids"]``, nested ``[B, j, k]``,
+  a uniform dummy head at prompt/padding positions) and forms the correction against
+  ``data["rollout_topk_log_probs"]``; it returns ``sc_correction``, ``sc_sampler_head_mass``,
+  ``sc_train_head_mass``.
+* ``verl/workers/utils/losses.py::ppo_loss`` un-packs ``sc_correction`` to ``(B, T_resp)`` and
+  passes it as ``sc_correction=`` to the registered policy loss (``policy_loss.loss_mode``), and
+  logs the two head masses as ``actor/sc_sampler_head_mass`` / ``actor/sc_train_head_mass``.
+* ``verl/utils/config.py::_validate_score_centering_config`` (called by ``validate_config`` in the
+  driver before Ray starts) insists on ``loss_mode=bypass_mode``, verl's own loss.
+
+What :func:`install` does, in every verl process (it runs at ``import verl`` through
+``VERL_USE_EXTERNAL_MODULES=runners.verl_backend.sc_hook``, which the launcher sets for the driver
+and, via Ray's runtime_env, for every actor):
+
+1. replaces ``verl.trainer.ppo.score_centering.score_centering_logits_processor`` with
+   :func:`project_logits_processor`, which computes the same three outputs with the project's
+   ``ablations.score_centering.head_log_probs`` (chunked gather) and ``centering_term`` (C, Q, P).
+   ``score_centering_ppo_loss`` looks the name up at call time, so the engine's logits processor
+   is now the project's; verl's gather and correction never run. ``sc_correction`` therefore *is*
+   the project's C, and the loss that trains is the project's registered arm.
+2. wraps the config check so that a project loss that takes ``sc_correction`` is accepted where
+   verl expects ``bypass_mode``; every other score-centering check still runs.
+
+Before patching, :func:`install` verifies the seam (the module, both names, and that
+``score_centering_ppo_loss`` really refers to ``score_centering_logits_processor`` by name) and
+raises :class:`~runners.verl_backend.sc_support.ScoreCenteringUnsupported` otherwise: an SC arm
+never trains silently with verl's own correction. This module imports nothing from verl at import
+time, so it is importable on verl 0.9.1 (where :func:`install` raises the clear error).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import math
+from typing import Any
+
+import torch
+
+from runners.verl_backend import sc_support
+
+#: Attribute set on the functions this module installs (makes install() idempotent and testable).
+MARK = "_sc_ablations_seam"
+
+
+def _get(node: Any, key: str, default: Any = None) -> Any:
+    if node is None:
+        return default
+    if hasattr(node, "get"):
+        return node.get(key, default)
+    return getattr(node, key, default)
+
+
+def is_cap_from(config: Any) -> float | None:
+    """The TIS cap of the correction: ``rollout_is_threshold`` if ``rollout_is == "token"``, else None.
+
+    ``config`` is verl's ``ActorConfig``; the keys are ``policy_loss.rollout_correction.*``, the
+    same two the project's TIS losses read, so the sampled-token weight and the correction agree.
+    """
+    rc = _get(_get(config, "policy_loss"), "rollout_correction")
+    rollout_is = _get(rc, "rollout_is")
+    if rollout_is is None:
+        return None
+    if rollout_is != "token":
+        raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
+    raw = _get(rc, "rollout_is_threshold", 2.0)
+    try:
+        cap = float(raw)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"the project's SC+TIS correction needs a single TIS cap in rollout_is_threshold, got {raw!r} "
+            "(an IcePop band 'lower_upper' is not supported)"
+        ) from err
+    if not (cap > 0 and math.isfinite(cap)):
+        raise ValueError(f"rollout_is_threshold must be a finite cap > 0, got {raw!r}")
+    return cap
+
+
+def _dummy_head(rows: int, k: int, like_ids: torch.Tensor, like_lp: torch.Tensor):
+    ids = torch.arange(k, dtype=like_ids.dtype, device=like_ids.device).expand(rows, k)
+    lp = torch.full((rows, k), -math.log(k), dtype=like_lp.dtype, device=like_lp.device)
+    return ids, lp
+
+
+def _sequence_parallel_slice(ids: torch.Tensor, log_probs: torch.Tensor):
+    """This rank's rows of the packed head under Ulysses sequence parallelism (identity without it).
+
+    The engine pads the packed sequence to a multiple of the SP size before slicing the logits; the
+    head is padded the same way, with the uniform dummy head (finite, mass 1, masked later).
+    """
+    from verl.utils.ulysses import get_ulysses_sequence_parallel_world_size, slice_input_tensor
+
+    sp = get_ulysses_sequence_parallel_world_size()
+    if sp <= 1:
+        return ids, log_probs
+    pad = (-ids.shape[0]) % sp
+    if pad:
+        pad_ids, pad_lp = _dummy_head(pad, ids.shape[1], ids, log_probs)
+        ids, log_probs = torch.cat([ids, pad_ids]), torch.cat([log_probs, pad_lp])
+    ids = slice_input_tensor(ids.unsqueeze(0), dim=1, padding=False).squeeze(0)
+    log_probs = slice_input_tensor(log_probs.unsqueeze(0), dim=1, padding=False).squeeze(0)
+    return ids, log_probs
+
+
+def project_logits_processor(
+    student_logits: torch.Tensor, data: Any, config: Any, data_format: str = "thd"
+) -> dict[str, torch.Tensor]:
+    """verl's logits-processor slot, filled with the project's head gather and centering term.
+
+    Args:
+        student_logits: ``(1, nnz, V)`` temperature-scaled trainer logits of the packed micro-batch
+            (this rank's share under sequence parallelism).
+        data: the micro-batch ``TensorDict`` with nested ``rollout_topk_ids`` / ``rollout_topk_log_probs``
+            of shape ``[B, j, k]`` (one head per sequence position, dummy outside the response).
+        config: verl's ``ActorConfig`` (``policy_loss.rollout_correction`` picks SC or SC+TIS).
+        data_format: verl's layout name; only the packed ``"thd"`` layout exists in this slot.
+
+    Returns:
+        ``sc_correction`` (with gradient to the logits), ``sc_sampler_head_mass``,
+        ``sc_train_head_mass`` (detached), each ``(1, nnz)``.
+    """
+    from ablations.score_centering import centering_term, head_log_probs
+
+    if data_format != "thd":
+        raise NotImplementedError(
+            f"score centering needs the packed (thd) layout, got data_format={data_format!r}"
+        )
+    ids = data["rollout_topk_ids"].values()
+    sampler = data["rollout_topk_log_probs"].values()
+    ids, sampler = _sequence_parallel_slice(ids, sampler)
+    logits = student_logits.squeeze(0)
+    if ids.shape[0] != logits.shape[0] or sampler.shape != ids.shape:
+        raise ValueError(
+            f"sampler head {tuple(ids.shape)} / {tuple(sampler.shape)} does not line up with the "
+            f"trainer logits {tuple(logits.shape)}"
+        )
+    train_head = head_log_probs(logits, ids)
+    correction, sampler_mass, train_mass = centering_term(train_head, sampler, is_cap=is_cap_from(config))
+    return {
+        "sc_correction": correction.unsqueeze(0),
+        "sc_sampler_head_mass": sampler_mass.detach().unsqueeze(0),
+        "sc_train_head_mass": train_mass.detach().unsqueeze(0),
+    }
+
+
+setattr(project_logits_processor, MARK, True)
+
+
+def loss_takes_sc_correction(loss_mode: str) -> bool:
+    from runners.verl_backend.newer_keys import loss_takes_sc_correction as takes
+
+    return takes(loss_mode)
+
+
+def _accepting_project_losses(original):
+    """verl's score-centering config check, with project SC losses standing in for ``bypass_mode``."""
+
+    @functools.wraps(original)
+    def check(config):
+        from omegaconf import OmegaConf, open_dict
+
+        key = "actor_rollout_ref.actor.policy_loss.loss_mode"
+        loss_mode = OmegaConf.select(config, key)
+        if loss_mode not in (None, "bypass_mode") and loss_takes_sc_correction(str(loss_mode)):
+            config = copy.deepcopy(config)
+            with open_dict(config):
+                OmegaConf.update(config, key, "bypass_mode")
+        return original(config)
+
+    setattr(check, MARK, True)
+    return check
+
+
+def verify_seam(module: Any) -> None:
+    """Raise unless ``module`` has the shape described in this module's docstring."""
+    missing = [name for name in sc_support.SEAM_NAMES if not hasattr(module, name)]
+    if missing:
+        raise sc_support.ScoreCenteringUnsupported(
+            f"{module.__name__} lacks {missing}: the score-centering seam of verl {sc_support.REQUIRED_COMMIT_SHORT} "
+            "changed; the project's correction cannot be installed"
+        )
+    loss = module.score_centering_ppo_loss
+    names = getattr(getattr(loss, "__code__", None), "co_names", ())
+    if "score_centering_logits_processor" not in names:
+        raise sc_support.ScoreCenteringUnsupported(
+            f"{module.__name__}.score_centering_ppo_loss no longer calls score_centering_logits_processor by "
+            "name: the seam changed; refusing to run an SC arm with verl's own correction"
+        )
+
+
+def install(module: Any | None = None, config_module: Any | None = None) -> None:
+    """Install the project's correction at the seam (idempotent). See the module docstring.
+
+    Without arguments, patches the installed verl (``verl.trainer.ppo.score_centering`` and
+    ``verl.utils.config``); tests pass stand-in modules instead.
+    """
+    if module is None:
+        sc_support.require("installing the project's score-centering correction")
+        module = importlib.import_module(sc_support.SEAM_MODULE)
+        config_module = importlib.import_module("verl.utils.config")
+    verify_seam(module)
+    if not getattr(module.score_centering_logits_processor, MARK, False):
+        module.score_centering_logits_processor = project_logits_processor
+    original = getattr(config_module, "_validate_score_centering_config", None)
+    if original is not None and not getattr(original, MARK, False):
+        config_module._validate_score_centering_config = _accepting_project_losses(original)
+
+
+def installed(module: Any | None = None) -> bool:
+    module = module or importlib.import_module(sc_support.SEAM_MODULE)
+    return bool(getattr(module.score_centering_logits_processor, MARK, False))
