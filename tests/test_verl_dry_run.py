@@ -294,6 +294,23 @@ def test_newer_keys_are_checked_against_the_table(tmp_path):
             dry_run.check_against_installed_verl(overrides, score_centering=True)
 
 
+def test_dry_run_checks_the_data_sources_of_existing_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cfg = project_cfg(tmp_path, "backend.dry_run=true", method="pg")
+    overrides = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+    write_data(cfg)
+    report = dry_run.check_against_installed_verl(overrides)
+    assert not any("does not exist" in n for n in report["notes"])
+    _, evals = ovr.data_files(cfg)
+    pq.write_table(
+        pa.Table.from_pylist([{"data_source": "aime2024"}]), evals[1]
+    )  # the 2025 file, mislabelled
+    with pytest.raises(ValueError, match="data_source of its own"):
+        dry_run.check_against_installed_verl(overrides)
+
+
 def test_newer_key_table_is_documented():
     doc = (REPO / "docs" / "verl_reference.md").read_text()
     assert newer_keys.markdown_table() in doc
@@ -383,7 +400,9 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
     verl_backend.validate(cfg)
     calls = []
     fake_ingest = types.ModuleType("runners.verl_backend.ingest")
-    fake_ingest.ingest_run = lambda run_dir, c: calls.append((Path(run_dir), c.run_name))
+    fake_ingest.ingest_run = lambda run_dir, c, **kw: calls.append(
+        (Path(run_dir), c.run_name, kw.get("status"))
+    )
     monkeypatch.setitem(sys.modules, "runners.verl_backend.ingest", fake_ingest)
     monkeypatch.setenv("FAKE_VERL_STATUS", str(status))
     run_dir = run_dir_of(cfg)
@@ -400,7 +419,7 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
         assert argv[:2] == ["-m", "verl.trainer.main_ppo"]
         assert argv[2:] == launch.build_spec(cfg, run_dir, attempt).argv[3:]
         assert paths.file_logger.exists() and paths.launch_script.exists()
-        assert calls[-1] == (run_dir, cfg.run_name)
+        assert calls[-1] == (run_dir, cfg.run_name, "failed" if status else None)
     assert layout.attempts(run_dir) == [1, 2]
     assert [p.parent.name for p in layout.file_logger_paths(run_dir)] == ["attempt-001", "attempt-002"]
 

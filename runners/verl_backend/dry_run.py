@@ -126,7 +126,11 @@ def _data_problems(cfg: DictConfig) -> tuple[list[str], list[str]]:
                 continue
             import pyarrow.parquet as pq
 
-            column = pq.read_table(path, columns=["data_source"]).column("data_source").to_pylist()
+            try:
+                column = pq.read_table(path, columns=["data_source"]).column("data_source").to_pylist()
+            except Exception as err:  # noqa: BLE001 - unreadable file or no such column
+                problems.append(f"{role} file {path}: cannot read its data_source column ({err})")
+                continue
             sources[path] = set(column)
     val_names = [sources[p] for p in files["val"] if p in sources]
     flat = [name for names in val_names for name in names]

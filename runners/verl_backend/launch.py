@@ -77,8 +77,13 @@ def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> La
     )
 
 
-def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool) -> None:
-    """Call the ingestion module (written separately; imported lazily)."""
+def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None = None) -> None:
+    """Call the ingestion module (written separately; imported lazily).
+
+    While verl runs (``final=False``) a failure is logged and retried at the next interval; the
+    final call raises. ``status="failed"`` closes the record after verl failed; ``None`` lets
+    ingestion infer it (finished once every step is logged).
+    """
     try:
         from runners.verl_backend.ingest import ingest_run
     except ImportError as err:
@@ -87,7 +92,10 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool) -> None:
         )
         return
     try:
-        ingest_run(run_dir, cfg)
+        if status is None:
+            ingest_run(run_dir, cfg)
+        else:
+            ingest_run(run_dir, cfg, status=status)
     except Exception:
         if final:
             raise
@@ -154,18 +162,25 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
             if time.monotonic() >= next_ingest:
                 _ingest(run_dir, cfg, final=False)
                 next_ingest = time.monotonic() + interval
-    except BaseException:
+    except BaseException:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
         _stop(proc)
-        raise
-    finally:
         follower.join(timeout=30)
+        _ingest(run_dir, cfg, final=False)
+        raise
+    follower.join(timeout=30)
+    if proc.returncode == 0:
         _ingest(run_dir, cfg, final=True)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
-            f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
-            "again resumes from the newest checkpoint."
-        )
+        return
+    failure = RuntimeError(
+        f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
+        f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
+        "again resumes from the newest checkpoint."
+    )
+    try:
+        _ingest(run_dir, cfg, final=True, status="failed")
+    except Exception as err:
+        raise failure from err
+    raise failure
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 60.0) -> None:

@@ -29,6 +29,7 @@ therefore never varies between experiments:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ SC_HOOK_MODULE = "runners.verl_backend.sc_hook"
 
 
 # -- value formatting --------------------------------------------------------------------------
+@lru_cache(maxsize=1)
 def _parser():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
