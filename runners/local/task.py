@@ -149,12 +149,8 @@ class ArithmeticTask:
 
     def max_prompt_tokens(self, tokenizer: Any) -> int:
         """Tokens of the longest chat-templated prompt (operands have fixed width, so all are equal)."""
-        hi = self._lo + self._span - 1
-        return len(
-            prompt_token_ids(
-                tokenizer, self._problem((hi - self._lo) * self._span + hi - self._lo, "probe", "probe")
-            )
-        )
+        largest = self._problem(self.space_size - 1, "probe", "probe")  # both operands at their maximum
+        return len(prompt_token_ids(tokenizer, largest))
 
     # -- reward -----------------------------------------------------------------------------
 

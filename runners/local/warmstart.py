@@ -12,7 +12,11 @@ positions as the sampler in `generate.py` (for the default task all prompts have
 so batches carry no padding at all).
 
 Run `python -m runners.local.warmstart` to build (or reuse) the default base model and print its
-accuracy at temperature 1 on the held-out sets.
+accuracy at temperature 1 on the held-out sets. Measured with the defaults on this 2-core machine
+(2 threads, idle): 366 steps in ~35-38 s; mean@32 at temperature 1 of 22.8% (arith_a), 22.2%
+(arith_b), 22.7% (100 training problems); greedy 50%. The default stops just before the steep
+part of the learning curve (constant lr 3e-3: 14% at step 350, 20% at 366, 31% at 370, 94% at
+500), so RL has signal from step 1 and room to improve; steps is the knob to move it.
 """
 
 from __future__ import annotations
@@ -211,7 +215,7 @@ def warm_start(cfg: DictConfig, cache_root: Path, progress: bool = True) -> Path
         logger.info("warm start: reusing cached base model %s", final)
         return final
     _settings(cfg)  # fail on a bad config before any compute
-    logger.info("warm start: training base model %s (%s)", key, dict(cfg.model.warmstart))
+    logger.info("warm start: training base model %s (%s)", key, OmegaConf.to_container(cfg.model.warmstart))
     model, stats = train_warm_start(cfg, progress=progress)
     logger.info(
         "warm start: %d steps in %.1f s, loss %.3f -> %.3f",
@@ -223,7 +227,8 @@ def warm_start(cfg: DictConfig, cache_root: Path, progress: bool = True) -> Path
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=cache_root))
     try:
-        record = {"key": key, "warmstart": dict(cfg.model.warmstart), "torch": torch.__version__, **stats}
+        settings = OmegaConf.to_container(cfg.model.warmstart, resolve=True)
+        record = {"key": key, "warmstart": settings, "torch": torch.__version__, **stats}
         _write_entry(tmp, model, record)
         try:
             os.rename(tmp, final)
