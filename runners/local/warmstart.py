@@ -227,6 +227,7 @@ def warm_start(cfg: DictConfig, cache_root: Path, progress: bool = True) -> Path
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=cache_root))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache entry is meant to be shared
         settings = OmegaConf.to_container(cfg.model.warmstart, resolve=True)
         record = {"key": key, "warmstart": settings, "torch": torch.__version__, **stats}
         _write_entry(tmp, model, record)
