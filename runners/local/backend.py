@@ -70,6 +70,12 @@ def validate(cfg: DictConfig) -> None:
     if not b.keep_checkpoints >= 1:
         raise ValueError(f"backend.keep_checkpoints must be >= 1, got {b.keep_checkpoints}")
     task = ArithmeticTask(cfg.data)  # validates the data group
+    from runners.local.tokenizer import build_tokenizer
+
+    prompt_tokens = task.max_prompt_tokens(build_tokenizer())
+    if r.max_prompt_length < prompt_tokens:
+        raise ValueError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
+                         f"({prompt_tokens} tokens); allowed: >= {prompt_tokens}")
     if r.max_response_length < task.max_response_tokens():
         raise ValueError(
             f"rollout.max_response_length={r.max_response_length} is shorter than the longest correct "

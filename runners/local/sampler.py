@@ -11,7 +11,8 @@ Mismatch knobs (``backend.sampler``), applied in this order at every sync:
 
 * ``int8_weights``: symmetric per-output-row int8 fake quantisation of every 2-D weight;
 * ``weight_noise``: Gaussian noise with std ``weight_noise x std(tensor)`` per tensor;
-* ``weight_dtype``: round every weight to this dtype (``bfloat16``/``float16``), compute in fp32.
+* ``weight_dtype``: round every weight to this dtype (``bfloat16``/``float16``; ``float8_e4m3fn``
+  with a per-tensor scale ``amax / 448``), compute in fp32.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from omegaconf import DictConfig
 
 from runners.local.generate import left_pad, position_ids_from_mask
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float8_e4m3fn": torch.float8_e4m3fn}
+#: Largest finite value of each 8-bit float: fp8 rounding uses a per-tensor scale, as fp8 inference does.
+_FP8_MAX = {torch.float8_e4m3fn: 448.0}
 
 
 @dataclass
@@ -108,7 +112,10 @@ def mismatched_state(
             if sampler_cfg.weight_noise > 0:
                 noise = torch.randn(w.shape, generator=generator, dtype=w.dtype)
                 w = w + sampler_cfg.weight_noise * w.std() * noise
-            if dtype != torch.float32:
+            if dtype in _FP8_MAX:
+                scale = w.abs().max().clamp_min(1e-12) / _FP8_MAX[dtype]
+                w = (w / scale).to(dtype).to(tensor.dtype) * scale
+            elif dtype != torch.float32:
                 w = w.to(dtype).to(tensor.dtype)
         out[name] = w
     return out
