@@ -13,8 +13,9 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 SCHEMA_VERSION = 1
 METRICS_FILE = "metrics.json"
@@ -27,19 +28,27 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+def atomic_write(path: Path, write: Callable[[IO], Any], binary: bool = False) -> None:
+    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``.
+
+    A process killed at any moment leaves either the old file or the new one, never a part.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text))
 
 
 def clean_metrics(row: dict[str, Any], *, context: str) -> dict[str, Any]:

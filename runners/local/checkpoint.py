@@ -8,13 +8,13 @@ resumed run continues exactly as the uninterrupted one would. Files are written 
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from runners.run_record import atomic_write
 
 _NAME = re.compile(r"^step_(\d{6})\.pt$")
 
@@ -37,16 +37,7 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) 
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.pt"
-    fd, tmp = tempfile.mkstemp(prefix=".step_", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: torch.save(state, f), binary=True)
     for _, old in list_checkpoints(run_dir)[:-keep]:
         old.unlink()
     return path

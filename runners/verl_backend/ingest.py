@@ -91,6 +91,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from analysis.contract import SC_TRAIN_METRICS, TIS_TRAIN_METRICS, VAL_CORE_RE
 from runners.provenance import config_sha256, project_version
 from runners.run_record import METRICS_FILE, RunRecord, atomic_write_text
 from runners.verl_backend import layout
@@ -112,12 +113,12 @@ TRAIN_DIRECT = (
     "timing_s/gen",
     "timing_s/update_actor",
 )
-TIS_METRICS = ("actor/tis_clip_fraction", "actor/tis_weight_mean")
-SC_METRICS = ("actor/sc_correction", "actor/sc_sampler_head_mass", "actor/sc_train_head_mass")
+TIS_METRICS = TIS_TRAIN_METRICS
+SC_METRICS = SC_TRAIN_METRICS
 EVICTED = "training/off_policy/evicted_samples"
 TRUNCATION = "response/truncation_ratio"
 ZERO_VARIANCE = "batch/zero_variance_group_ratio"
-_VAL_CORE_ACC = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
+_VAL_CORE_ACC = VAL_CORE_RE
 
 
 class IngestError(RuntimeError):
