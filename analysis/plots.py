@@ -35,6 +35,9 @@ TRAIN_PANELS = [
     ("TIS clip fraction", "actor/tis_clip_fraction"),
     ("SC sampler head mass Q", "actor/sc_sampler_head_mass"),
     ("SC trainer head mass P", "actor/sc_train_head_mass"),
+    ("mismatch: sampled token in sampler head", "mismatch/sampled_in_head"),
+    ("mismatch: sampler head mass Q (all arms)", "mismatch/sampler_head_mass"),
+    ("mismatch: trainer head mass P (all arms)", "mismatch/train_head_mass"),
     ("step time (s)", "timing_s/step"),
 ]
 
