@@ -138,12 +138,12 @@ def centering_term(
         train_tail = 1.0 - train_mass
         rho = (1.0 - sampler_mass).clamp_min(eps) / train_tail.clamp_min(eps)
         if is_cap is None:
-            head_coef = q
+            coef = q  # head coefficient q(v); q is not needed afterwards, so it is updated in place
             alpha = rho
         else:
-            head_coef = torch.minimum(p, is_cap * q)
+            coef = torch.minimum(p, q.mul_(is_cap))  # min(p, c q)
             alpha = torch.clamp(is_cap * rho, max=1.0)
         alpha = torch.where(train_tail <= eps, torch.zeros_like(alpha), alpha)
-        coef = head_coef - alpha.unsqueeze(-1) * p
-    correction = (coef * log_p).sum(dim=-1)
+        coef.addcmul_(p, alpha.unsqueeze(-1), value=-1.0)  # coef - alpha p
+    correction = torch.linalg.vecdot(coef, log_p, dim=-1)  # sum_v coef(v) log p(v), one fused pass
     return correction, sampler_mass.clamp(max=1.0), train_mass
