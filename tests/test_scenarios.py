@@ -148,3 +148,15 @@ def test_staleness_reaches_the_configured_bound(scenario, staleness):
         sampler.version = run.step  # parameter_sync_step = 1
     assert max(seen) == staleness and max(seen) <= cfg.rollout.max_staleness
     assert seen[-20:] == [staleness] * 20  # steady state: the sampler stays this far ahead
+
+
+def test_generate_without_head_samples_the_same_tokens(setup):
+    """``return_head=False`` (used only to time the head) leaves sampling unchanged, with a dummy head."""
+    tok, model, prompts = setup
+    cfg = composed(["scenario=on_policy"])
+    sampler = Sampler(model, tok, cfg.backend.sampler, cfg.method.top_k)
+    with_head, without = (sampler.generate(prompts[:4], 3, 12, 1.0, torch.Generator().manual_seed(5), return_head=h)
+                          for h in (True, False))
+    assert torch.equal(with_head.response_ids, without.response_ids)
+    assert torch.equal(with_head.log_probs, without.log_probs)
+    assert without.head_ids.shape == with_head.head_ids.shape and torch.isinf(without.head_log_probs).all()

@@ -145,8 +145,13 @@ class Sampler:
         max_new_tokens: int,
         temperature: float,
         generator: torch.Generator,
+        return_head: bool = True,
     ) -> Rollout:
-        """Sample ``n`` responses per prompt at ``temperature`` (full vocabulary: top_p 1, top_k -1)."""
+        """Sample ``n`` responses per prompt at ``temperature`` (full vocabulary: top_p 1, top_k -1).
+
+        ``return_head=False`` skips the top-k head (a dummy head: ids 0, log-probs ``-inf``), only to
+        measure what returning the head costs; training needs the head.
+        """
         if temperature <= 0:
             raise ValueError(f"sampling temperature must be > 0, got {temperature}")
         tok = self.tokenizer
@@ -170,11 +175,12 @@ class Sampler:
             log_q = torch.log_softmax(logits.float() / temperature, dim=-1)
             token = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(-1)
             live = ~finished
-            top_lp, top_ids = log_q.topk(k, dim=-1)
+            if return_head:
+                top_lp, top_ids = log_q.topk(k, dim=-1)
+                head_ids.append(torch.where(live[:, None], top_ids, 0))
+                head_lp.append(torch.where(live[:, None], top_lp, float("-inf")))
             tokens.append(torch.where(live, token, pad_id))
             token_lp.append(torch.where(live, log_q.gather(-1, token[:, None]).squeeze(-1), 0.0))
-            head_ids.append(torch.where(live[:, None], top_ids, 0))
-            head_lp.append(torch.where(live[:, None], top_lp, float("-inf")))
             alive.append(live)
             finished = finished | (token == eos_id)
             if bool(finished.all()) or step == max_new_tokens - 1:
@@ -187,6 +193,9 @@ class Sampler:
             next_position = next_position + 1
 
         mask = torch.stack(alive, dim=1)
+        if not return_head:
+            head_ids = [torch.zeros((rows, k), dtype=torch.long, device=device)] * mask.shape[1]
+            head_lp = [torch.full((rows, k), float("-inf"), device=device)] * mask.shape[1]
         return Rollout(
             prompt_ids=[list(p) for p in prompts for _ in range(n)],
             response_ids=torch.stack(tokens, dim=1).cpu(),
