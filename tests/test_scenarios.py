@@ -131,10 +131,7 @@ def test_staleness_reaches_the_configured_bound(scenario, staleness):
     cfg = composed([f"scenario={scenario}"])
     if scenario == "stale8":
         assert cfg.backend.sampler.run_ahead_batches == 8
-        if cfg.rollout.max_staleness != 8:
-            # conf/config.yaml lists `scenario` before `_self_`, so its own `rollout:` block (max_staleness 4)
-            # overrides the scenario's rollout.max_staleness=8; the fix is to list `scenario` after `_self_`
-            pytest.xfail("stale8: rollout.max_staleness is overridden by conf/config.yaml (defaults order)")
+        assert cfg.rollout.max_staleness == 8  # the scenario overrides conf/config.yaml's rollout block
     run = LocalRun.__new__(LocalRun)  # only the scheduling state: no model, no warm start
     run.cfg, run.buffer, run.credit, run.step = cfg, ReplayBuffer(cfg.rollout.max_staleness), 0.0, 0
     sampler = _Counter(run, cfg.trainer.n)

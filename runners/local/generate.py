@@ -8,6 +8,8 @@ the same position ids (`position_ids_from_mask`), or its log-probs differ from t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -31,7 +33,99 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+@dataclass
+class Decoded:
+    """Raw output of :func:`decode`, prompt-major rows, one column per generated position.
+
+    ``tokens`` holds the pad id after a row finished; ``alive[r, t]`` is True where row r really
+    generated token t (its eos included); ``log_probs`` is each token's log-prob under the
+    sampling distribution (``softmax(logits / temperature)``; temperature 1 for greedy) and 0 at
+    padding; ``head_ids``/``head_log_probs`` are that distribution's top-k (``None`` when k = 0);
+    ``finished[r]`` is True when row r emitted eos.
+    """
+
+    tokens: torch.Tensor
+    log_probs: torch.Tensor
+    head_ids: torch.Tensor | None
+    head_log_probs: torch.Tensor | None
+    alive: torch.Tensor
+    finished: torch.Tensor
+
+
+def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One multinomial draw per row with ``generator`` (a CPU generator draws on the CPU)."""
+    if probs.device != generator.device:
+        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(probs.device)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 @torch.no_grad()
+def decode(
+    model: PreTrainedModel,
+    prompts_token_ids: list[list[int]],
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    generator: torch.Generator,
+    eos_id: int,
+    pad_id: int,
+    top_k: int = 0,
+) -> Decoded:
+    """Generate ``n`` responses per prompt with a KV cache; the loop behind :func:`sample` and the sampler.
+
+    Each prompt is prefilled once and its cache copied to its n rows. Sampling is from
+    ``softmax(logits / temperature)`` over the full vocabulary with ``generator`` (the only
+    randomness: a seeded generator reproduces the samples); ``temperature == 0`` is greedy argmax.
+    """
+    if n < 1 or max_new_tokens < 1 or temperature < 0:
+        raise ValueError(
+            f"need n >= 1, max_new_tokens >= 1, temperature >= 0; got {n}, {max_new_tokens}, {temperature}"
+        )
+    device = next(model.parameters()).device
+    input_ids, attention_mask = (t.to(device) for t in left_pad([list(p) for p in prompts_token_ids], pad_id))
+    position_ids = position_ids_from_mask(attention_mask)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=True, logits_to_keep=1)
+    past = out.past_key_values
+    past.batch_repeat_interleave(n)
+    logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
+    attention_mask = attention_mask.repeat_interleave(n, dim=0)
+    next_position = position_ids[:, -1:].repeat_interleave(n, dim=0) + 1
+
+    rows = logits.shape[0]
+    k = min(top_k, logits.shape[-1])
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    tokens, token_lp, head_ids, head_lp, alive = [], [], [], [], []
+    for step in range(max_new_tokens):
+        log_q = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)
+        token = log_q.argmax(dim=-1) if temperature == 0 else _draw(log_q.exp(), generator)
+        live = ~finished
+        if k:
+            top_lp, top_ids = log_q.topk(k, dim=-1)
+            head_ids.append(torch.where(live[:, None], top_ids, 0))
+            head_lp.append(torch.where(live[:, None], top_lp, float("-inf")))
+        tokens.append(torch.where(live, token, pad_id))
+        token_lp.append(torch.where(live, log_q.gather(-1, token[:, None]).squeeze(-1), 0.0))
+        alive.append(live)
+        finished = finished | (token == eos_id)
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        out = model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
+                    past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[:, -1, :]
+        next_position = next_position + 1
+    return Decoded(
+        tokens=torch.stack(tokens, dim=1),
+        log_probs=torch.stack(token_lp, dim=1),
+        head_ids=torch.stack(head_ids, dim=1) if k else None,
+        head_log_probs=torch.stack(head_lp, dim=1) if k else None,
+        alive=torch.stack(alive, dim=1),
+        finished=finished,
+    )
+
+
 def sample(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -52,63 +146,7 @@ def sample(
     seeded generator reproduces the samples on CPU); `temperature == 0` means greedy argmax.
     There is no top-p/top-k filtering. The model's train/eval mode is left as it is.
     """
-    if n < 1 or max_new_tokens < 1 or temperature < 0:
-        raise ValueError(
-            f"need n >= 1, max_new_tokens >= 1, temperature >= 0; got {n}, {max_new_tokens}, {temperature}"
-        )
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-    device = next(model.parameters()).device
-    input_ids, attention_mask = (t.to(device) for t in left_pad([list(p) for p in prompts_token_ids], pad_id))
-    position_ids = position_ids_from_mask(attention_mask)
-
-    # Prefill each prompt once, then copy its KV cache, mask and positions to its n rows
-    # (rows are prompt-major: prompt p owns rows p*n .. p*n+n-1).
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    past = out.past_key_values
-    logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
-    past.batch_repeat_interleave(n)
-    attention_mask = attention_mask.repeat_interleave(n, dim=0)
-    next_position = position_ids[:, -1:].repeat_interleave(n, dim=0) + 1
-
-    finished = torch.zeros(attention_mask.shape[0], dtype=torch.bool, device=device)
-    steps: list[torch.Tensor] = []
-    for step in range(max_new_tokens):
-        logits = logits.float()  # (rows, vocab): next-token logits of every row
-        if temperature == 0:
-            token = logits.argmax(dim=-1)
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        token = torch.where(finished, torch.full_like(token, pad_id), token)
-        steps.append(token)
-        finished |= token == eos_id
-        if bool(finished.all()) or step == max_new_tokens - 1:
-            break
-        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        out = model(
-            input_ids=token[:, None],
-            attention_mask=attention_mask,
-            position_ids=next_position,
-            past_key_values=past,
-            use_cache=True,
-        )
-        past = out.past_key_values
-        logits = out.logits[:, -1, :]
-        next_position = next_position + 1
-
-    generated = torch.stack(steps, dim=1).tolist()
-    responses: list[list[int]] = []
-    for row in generated:
-        ids: list[int] = []
-        for token_id in row:
-            ids.append(token_id)
-            if token_id == eos_id:
-                break
-        responses.append(ids)
-    return responses
+    out = decode(model, prompts_token_ids, n, max_new_tokens, temperature, generator,
+                 tokenizer.eos_token_id, tokenizer.pad_token_id)
+    lengths = out.alive.sum(-1).tolist()
+    return [row[:length] for row, length in zip(out.tokens.tolist(), lengths, strict=True)]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
-from runners.local.generate import left_pad, position_ids_from_mask
+from runners.local.generate import decode
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "float8_e4m3fn": torch.float8_e4m3fn}
@@ -110,7 +110,7 @@ def mismatched_state(
                 scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
                 w = (w / scale).round().clamp(-127, 127) * scale
             if sampler_cfg.weight_noise > 0:
-                noise = torch.randn(w.shape, generator=generator, dtype=w.dtype)
+                noise = torch.randn(w.shape, generator=generator, dtype=w.dtype).to(w.device)  # CPU stream
                 w = w + sampler_cfg.weight_noise * w.std() * noise
             if dtype in _FP8_MAX:
                 scale = w.abs().max().clamp_min(1e-12) / _FP8_MAX[dtype]
@@ -155,53 +155,21 @@ class Sampler:
         if temperature <= 0:
             raise ValueError(f"sampling temperature must be > 0, got {temperature}")
         tok = self.tokenizer
-        eos_id, pad_id = tok.eos_token_id, tok.pad_token_id
-        device = next(self.model.parameters()).device
-        input_ids, attention_mask = (t.to(device) for t in left_pad(prompts, pad_id))
-        position_ids = position_ids_from_mask(attention_mask)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=True, logits_to_keep=1)
-        past = out.past_key_values
-        past.batch_repeat_interleave(n)
-        logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
-        attention_mask = attention_mask.repeat_interleave(n, dim=0)
-        next_position = position_ids[:, -1:].repeat_interleave(n, dim=0) + 1
-
-        rows = logits.shape[0]
-        k = min(self.top_k, logits.shape[-1])
-        finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        tokens, token_lp, head_ids, head_lp, alive = [], [], [], [], []
-        for step in range(max_new_tokens):
-            log_q = torch.log_softmax(logits.float() / temperature, dim=-1)
-            token = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(-1)
-            live = ~finished
-            if return_head:
-                top_lp, top_ids = log_q.topk(k, dim=-1)
-                head_ids.append(torch.where(live[:, None], top_ids, 0))
-                head_lp.append(torch.where(live[:, None], top_lp, float("-inf")))
-            tokens.append(torch.where(live, token, pad_id))
-            token_lp.append(torch.where(live, log_q.gather(-1, token[:, None]).squeeze(-1), 0.0))
-            alive.append(live)
-            finished = finished | (token == eos_id)
-            if bool(finished.all()) or step == max_new_tokens - 1:
-                break
-            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-            out = self.model(input_ids=token[:, None], attention_mask=attention_mask,
-                             position_ids=next_position, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :]
-            next_position = next_position + 1
-
-        mask = torch.stack(alive, dim=1)
-        if not return_head:
-            head_ids = [torch.zeros((rows, k), dtype=torch.long, device=device)] * mask.shape[1]
-            head_lp = [torch.full((rows, k), float("-inf"), device=device)] * mask.shape[1]
+        out = decode(self.model, prompts, n, max_new_tokens, temperature, generator, tok.eos_token_id,
+                     tok.pad_token_id, top_k=self.top_k if return_head else 0)
+        mask = out.alive
+        if return_head:
+            head_ids, head_lp = out.head_ids, out.head_log_probs
+        else:
+            k = min(self.top_k, self.model.config.vocab_size)
+            head_ids = torch.zeros((*mask.shape, k), dtype=torch.long)
+            head_lp = torch.full((*mask.shape, k), float("-inf"))
         return Rollout(
             prompt_ids=[list(p) for p in prompts for _ in range(n)],
-            response_ids=torch.stack(tokens, dim=1).cpu(),
+            response_ids=out.tokens.cpu(),
             response_mask=mask.float().cpu(),
-            log_probs=torch.stack(token_lp, dim=1).cpu(),
-            head_ids=torch.stack(head_ids, dim=1).cpu(),
-            head_log_probs=torch.stack(head_lp, dim=1).cpu(),
-            truncated=(~finished).cpu(),
+            log_probs=out.log_probs.cpu(),
+            head_ids=head_ids.cpu(),
+            head_log_probs=head_lp.cpu(),
+            truncated=(~out.finished).cpu(),
         )
