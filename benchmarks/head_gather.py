@@ -5,7 +5,8 @@ increase during forward+backward (``ru_maxrss`` after minus before; the bf16 log
 accumulated bf16 ``.grad`` are resident before the baseline is read). Both methods also hold one
 freshly computed bf16 gradient (``N x V x 2`` bytes) before autograd adds it into ``.grad``; the
 rest is fp32 workspace. Wall time is the median over repeats. Part 2 times each arm's loss (forward+backward, with the
-score-centering term for SC arms) relative to PG on identical inputs.
+score-centering term for SC arms) relative to PG on identical inputs, after a warm-up, in
+interleaved rounds (median per arm).
 
     python benchmarks/head_gather.py                 # defaults: V=151,936, N in 1024..4096, k=128
     python benchmarks/head_gather.py --lengths 512 1024 --vocab 32000
@@ -74,22 +75,26 @@ def loss_rows(batch: int, length: int, k: int, repeats: int) -> list[dict]:
         policy_loss=PolicyLossConfig(rollout_correction=RolloutCorrectionConfig(rollout_is_threshold=2.0)),
     )
     caps = {"ablation_pg": None, "ablation_tis": None, "ablation_sc": "sc", "ablation_sc_tis": 2.0}
-    rows = []
-    for name, sc in caps.items():
-        fn = get_policy_loss_fn(name)
-        times = []
-        for _ in range(repeats):
-            lp = base_lp.clone().requires_grad_(True)
-            ht = head_train.clone().requires_grad_(True)
-            t0 = time.perf_counter()
-            kw = {}
-            if sc is not None:
-                cap = None if sc == "sc" else sc
-                kw["sc_correction"] = centering_term(ht, head_sampler, is_cap=cap)[0]
-            loss, _ = fn(old, lp, adv, mask, "token-mean", config, **kw)
-            loss.backward()
-            times.append(time.perf_counter() - t0)
-        rows.append({"arm": name, "median_s": statistics.median(times)})
+
+    def once(name: str, sc) -> float:
+        lp = base_lp.clone().requires_grad_(True)
+        ht = head_train.clone().requires_grad_(True)
+        t0 = time.perf_counter()
+        kw = {}
+        if sc is not None:
+            kw["sc_correction"] = centering_term(ht, head_sampler, is_cap=None if sc == "sc" else sc)[0]
+        loss, _ = get_policy_loss_fn(name)(old, lp, adv, mask, "token-mean", config, **kw)
+        loss.backward()
+        return time.perf_counter() - t0
+
+    times: dict[str, list[float]] = {name: [] for name in caps}
+    for name, sc in caps.items():  # warm-up: first calls pay allocation and thread-pool start-up
+        once(name, sc)
+        once(name, sc)
+    for _ in range(repeats):  # interleaved rounds, so drift in machine load hits every arm alike
+        for name, sc in caps.items():
+            times[name].append(once(name, sc))
+    rows = [{"arm": name, "median_s": statistics.median(ts)} for name, ts in times.items()]
     pg = rows[0]["median_s"]
     for r in rows:
         r["ratio_to_pg"] = r["median_s"] / pg
@@ -120,7 +125,7 @@ def main() -> None:
     print(f"\nchunk workspace bound: chunk_rows x V x 4 B = {args.chunk_rows * args.vocab * 4 / 2**20:.0f} MiB")
 
     print(f"\nloss forward+backward, {args.loss_batch} x {args.loss_length} tokens, k={args.k}")
-    for r in loss_rows(args.loss_batch, args.loss_length, args.k, max(args.repeats, 5)):
+    for r in loss_rows(args.loss_batch, args.loss_length, args.k, max(args.repeats, 15)):
         print(f"{r['arm']:>16} {r['median_s'] * 1e3:8.1f} ms  x{r['ratio_to_pg']:.2f} of PG")
 
 
