@@ -90,37 +90,42 @@ def time_trainer(runs: dict, rounds: int, warmup: int) -> dict:
     states = {a: (copy.deepcopy(r.trainer.model.state_dict()), copy.deepcopy(r.trainer.optimizer.state_dict()))
               for a, r in runs.items()}
     times = {a: [] for a in runs}
+    cpu = {a: [] for a in runs}
     for r in range(warmup + rounds):
         batch = batches[r % len(batches)]
         for arm in _rotate(tuple(runs), r):
             trainer = runs[arm].trainer
             trainer.model.load_state_dict(states[arm][0])
             trainer.optimizer.load_state_dict(states[arm][1])
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             trainer.step(batch)
             if r >= warmup:
                 times[arm].append(time.perf_counter() - t)
+                cpu[arm].append(time.process_time() - c)
     for arm, (model, opt) in states.items():
         runs[arm].trainer.model.load_state_dict(model)
         runs[arm].trainer.optimizer.load_state_dict(opt)
-    return _summary(times)
+    return {**_summary(times), "cpu_time": _summary(cpu)}
 
 
 def time_full_step(runs: dict, rounds: int, warmup: int) -> dict:
     times = {a: [] for a in runs}
+    cpu = {a: [] for a in runs}
     parts = {a: {"gen": [], "update": []} for a in runs}
     for r in range(warmup + rounds):
         for arm in _rotate(tuple(runs), r):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             row = runs[arm].train_step()
             if r >= warmup:
                 times[arm].append(time.perf_counter() - t)
+                cpu[arm].append(time.process_time() - c)
                 parts[arm]["gen"].append(row["timing_s/gen"])
                 parts[arm]["update"].append(row["timing_s/update_actor"])
     out = _summary(times)
     for arm in out:
         out[arm]["median_gen_s"] = statistics.median(parts[arm]["gen"])
         out[arm]["median_update_s"] = statistics.median(parts[arm]["update"])
+    out["cpu_time"] = _summary(cpu)
     return out
 
 
@@ -134,20 +139,26 @@ def time_sampler_head(run, rounds: int, warmup: int) -> dict:
     problems = run.task.sample_train(torch.Generator().manual_seed(0), cfg.trainer.prompts_per_step)
     prompts = [prompt_token_ids(run.tokenizer, p) for p in problems]
     times = {"with_head": [], "without_head": []}
+    cpu = {"with_head": [], "without_head": []}
     for r in range(warmup + rounds):
         order = [True, False] if r % 2 == 0 else [False, True]
         for head in order:
             gen = torch.Generator().manual_seed(r)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             run.sampler.generate(prompts, cfg.trainer.n, cfg.rollout.max_response_length, cfg.rollout.temperature,
                                  gen, return_head=head)
             if r >= warmup:
                 times["with_head" if head else "without_head"].append(time.perf_counter() - t)
+                cpu["with_head" if head else "without_head"].append(time.process_time() - c)
     ratios = [a / b for a, b in zip(times["with_head"], times["without_head"], strict=True)]
+    cpu_ratios = [a / b for a, b in zip(cpu["with_head"], cpu["without_head"], strict=True)]
     return {"with_head_median_s": statistics.median(times["with_head"]),
             "without_head_median_s": statistics.median(times["without_head"]),
             "ratio_with_to_without": statistics.median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios), "n": len(ratios), "k": run.sampler.top_k}
+            "ratio_max": max(ratios), "n": len(ratios), "k": run.sampler.top_k,
+            "cpu_with_head_median_s": statistics.median(cpu["with_head"]),
+            "cpu_without_head_median_s": statistics.median(cpu["without_head"]),
+            "cpu_ratio_with_to_without": statistics.median(cpu_ratios)}
 
 
 def _status_kib(key: str) -> int:
@@ -204,11 +215,20 @@ def markdown(result: dict) -> str:
             f"{m.get('peak_rss_mib', float('nan')):.0f} | {m.get('peak_ratio_to_pg', float('nan')):.3f} | "
             f"{m.get('train_peak_mib', float('nan')):.0f} | {m.get('train_peak_ratio_to_pg', float('nan')):.3f} | "
             f"{m.get('rss_increase_mib', float('nan')):.1f} |")
+    lines.append("")
+    lines.append("process CPU time (robust to other load when threads = 1): arm / PG, median over rounds")
+    for arm in ARMS:
+        tc, fc = tr["cpu_time"][arm], fs["cpu_time"][arm]
+        lines.append(f"- {arm}: trainer step {tc['median_s']:.3f} s ({tc['ratio_to_pg']:.3f} x PG "
+                     f"[{tc['ratio_min']:.2f}-{tc['ratio_max']:.2f}]), full step {fc['median_s']:.3f} s "
+                     f"({fc['ratio_to_pg']:.3f} x PG [{fc['ratio_min']:.2f}-{fc['ratio_max']:.2f}])")
     s = result["sampler_head"]
     lines.append("")
     lines.append(f"sampler generate (32 prompts x 5, k={s['k']}): with head {s['with_head_median_s']:.3f} s, "
                  f"without {s['without_head_median_s']:.3f} s, ratio {s['ratio_with_to_without']:.3f} "
-                 f"[{s['ratio_min']:.2f}-{s['ratio_max']:.2f}] over {s['n']} interleaved pairs")
+                 f"[{s['ratio_min']:.2f}-{s['ratio_max']:.2f}] over {s['n']} interleaved pairs; CPU time "
+                 f"{s['cpu_with_head_median_s']:.3f} vs {s['cpu_without_head_median_s']:.3f} s, ratio "
+                 f"{s['cpu_ratio_with_to_without']:.3f}")
     return "\n".join(lines)
 
 
