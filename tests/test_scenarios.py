@@ -97,7 +97,8 @@ def test_default_scenario_is_the_backend_default():
 
 @pytest.fixture(scope="module")
 def kls(setup) -> dict[str, float]:
-    scenarios = ["on_policy", "default", "fp8", "int8", "noise_small", "noise_medium", "noise_large"]
+    scenarios = ["on_policy", "default", "fp8", "int8", "noise_small", "noise_medium", "noise_large", "fp8_sync",
+                 "noise_large_sync"]
     out = {s: kl_q_p(setup, [f"scenario={s}"]) for s in scenarios}
     out["float16"] = kl_q_p(setup, ["scenario=on_policy", "backend.sampler.weight_dtype=float16"])
     return out
@@ -113,6 +114,8 @@ def test_numerics_knobs_move_the_sampler_in_the_expected_direction(kls):
     # int8 rounding comes on top of the bf16 rounding; so does the weight noise
     assert kls["int8"] > kls["default"], kls
     assert kls["default"] < kls["noise_small"] < kls["noise_medium"] < kls["noise_large"], kls
+    # the synchronous variants have the same numerics (only the staleness differs)
+    assert kls["fp8_sync"] == pytest.approx(kls["fp8"]) and kls["noise_large_sync"] == pytest.approx(kls["noise_large"])
 
 
 class _Counter:
@@ -126,7 +129,7 @@ class _Counter:
                 for _ in range(count)]
 
 
-@pytest.mark.parametrize(("scenario", "staleness"), [("on_policy", 0), ("default", 4), ("stale8", 8)])
+@pytest.mark.parametrize(("scenario", "staleness"), [("on_policy", 0), ("default", 4), ("stale8", 8), ("fp8_sync", 0), ("noise_large_sync", 0)])
 def test_staleness_reaches_the_configured_bound(scenario, staleness):
     cfg = composed([f"scenario={scenario}"])
     if scenario == "stale8":
