@@ -72,14 +72,7 @@ def build_train(
                 f"train: {got} {what}, expected {want} (read {report['rows_read']}, kept {report['kept']}, "
                 f"{report['dropped_over_length']} over {max_len} tokens, {report['skipped_malformed']} malformed)"
             )
-    write_parquet(prepared, out)
-    report = {
-        "output": str(out),
-        "source": describe_source(**_src_kwargs(source)),
-        "tokenizer": tokenizer_name,
-        **report,
-    }
-    _write_json(report_path(out), report)
+    report = _write_outputs(prepared, out, source, tokenizer_name, report)
     print(
         f"train: {report['rows_read']} rows -> {report['kept']} kept "
         f"({report['dropped_over_length']} over {max_len} tokens, {report['skipped_malformed']} malformed) -> {out}"
@@ -100,15 +93,17 @@ def build_eval(
         source["source"], config=source["config"], split=source["split"], revision=source["revision"]
     )
     prepared, report = prepare_eval(rows, name, tokenizer, max_prompt_length=max_len, expected_count=expected)
-    write_parquet(prepared, out)
-    report = {
-        "output": str(out),
-        "source": describe_source(**_src_kwargs(source)),
-        "tokenizer": tokenizer_name,
-        **report,
-    }
-    _write_json(report_path(out), report)
+    report = _write_outputs(prepared, out, source, tokenizer_name, report)
     print(f"{name}: {report['kept']} problems -> {out}")
+    return report
+
+
+def _write_outputs(prepared: Any, out: Path, source: dict[str, Any], tokenizer_name: str, report: dict) -> dict:
+    """Write the parquet and its ``.report.json`` (output, source, tokenizer, counts); return the report."""
+    write_parquet(prepared, out)
+    report = {"output": str(out), "source": describe_source(**_src_kwargs(source)), "tokenizer": tokenizer_name,
+              **report}
+    _write_json(report_path(out), report)
     return report
 
 
