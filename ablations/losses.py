@@ -55,15 +55,20 @@ def tis_cap(config: Any) -> float:
             "TIS arms read the cap from actor config policy_loss.rollout_correction.rollout_is_threshold, "
             "which is missing"
         ) from err
+    return parse_tis_cap(raw)
+
+
+def parse_tis_cap(raw: Any) -> float:
+    """``rollout_is_threshold`` as a TIS cap: a single finite number > 0 (not an IcePop band)."""
     try:
         cap = float(raw)
     except (TypeError, ValueError) as err:
         raise ValueError(
             f"policy_loss.rollout_correction.rollout_is_threshold={raw!r}: TIS arms need a single "
-            "upper cap (a number > 0), not a lower_upper range"
+            "upper cap (a number > 0), not an IcePop lower_upper band"
         ) from err
-    if not cap > 0:
-        raise ValueError(f"policy_loss.rollout_correction.rollout_is_threshold must be > 0, got {cap}")
+    if not (cap > 0 and math.isfinite(cap)):
+        raise ValueError(f"policy_loss.rollout_correction.rollout_is_threshold must be a finite cap > 0, got {raw!r}")
     return cap
 
 

@@ -53,6 +53,7 @@ from typing import Any
 
 import torch
 
+from ablations.losses import parse_tis_cap
 from runners.verl_backend import sc_support
 
 #: Attribute set on the functions this module installs (makes install() idempotent and testable).
@@ -79,17 +80,7 @@ def is_cap_from(config: Any) -> float | None:
         return None
     if rollout_is != "token":
         raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
-    raw = _get(rc, "rollout_is_threshold", 2.0)
-    try:
-        cap = float(raw)
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            f"the project's SC+TIS correction needs a single TIS cap in rollout_is_threshold, got {raw!r} "
-            "(an IcePop band 'lower_upper' is not supported)"
-        ) from err
-    if not (cap > 0 and math.isfinite(cap)):
-        raise ValueError(f"rollout_is_threshold must be a finite cap > 0, got {raw!r}")
-    return cap
+    return parse_tis_cap(_get(rc, "rollout_is_threshold", 2.0))
 
 
 def _dummy_head(rows: int, k: int, like_ids: torch.Tensor, like_lp: torch.Tensor):
