@@ -97,18 +97,16 @@ class LocalRun:
     """The state of one embedded run, and its step loop."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, config_sha256: str):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from runners.local.warmstart import warm_start
+        from runners.local.base_model import load_base_model_for
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
         torch.set_num_threads(cfg.backend.threads)
         self.device = torch.device(cfg.backend.device)
         self.task = ArithmeticTask(cfg.data)
-        base = warm_start(cfg, Path(cfg.backend.cache_dir))
-        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        # the shipped, hash-verified base model for the default config; the warm-start cache otherwise
+        model, self.tokenizer, self.base_source = load_base_model_for(cfg, Path(cfg.backend.cache_dir))
         torch.manual_seed(cfg.seed)
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(self.device)
+        model = model.to(self.device)
         self.pad_id = self.tokenizer.pad_token_id
         self.trainer = PolicyTrainer(model, cfg, self.pad_id)
         self.sampler = Sampler(model, self.tokenizer, cfg.backend.sampler, cfg.method.top_k)
