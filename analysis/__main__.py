@@ -38,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed of resampling and permutations (default {SEED})")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    parser.add_argument("--strict", action="store_true",
+                        help="fail on run folders without a valid metrics.json instead of skipping them")
     args = parser.parse_args(argv)
     try:
         checkpoints = parse_checkpoints(args.checkpoint)
@@ -46,12 +48,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         report = write_report(args.sweep_dir, args.out, checkpoints, args.k, args.n_boot, args.seed,
-                              figures=not args.no_figures)
+                              figures=not args.no_figures, strict=args.strict)
     except SweepError as e:
         print(f"error: cannot analyse {args.sweep_dir}:", file=sys.stderr)
         for line in e.problems:
             print(f"  {line}", file=sys.stderr)
         return 2
+    if report.sweep.skipped:
+        print(f"warning: skipped {len(report.sweep.skipped)} run folder(s) without a valid metrics.json "
+              "(--strict makes this an error):", file=sys.stderr)
+        for path, reasons in report.sweep.skipped.items():
+            print(f"  {path}:", file=sys.stderr)
+            for reason in reasons:
+                print(f"    {reason}", file=sys.stderr)
     runs = report.sweep.runs
     print(f"{len(runs)} runs ({int(runs['in_progress'].sum())} in progress), {report.sweep.k} samples per problem, "
           f"sets {', '.join(report.sweep.sets)}; {time.perf_counter() - start:.1f} s")

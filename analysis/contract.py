@@ -31,6 +31,13 @@ What is checked (schema_version 1):
   the row's ``mean@n`` equals the mean ``acc`` of the file (to 1e-6); the problems of each set
   are the same at every evaluated step.
 
+- Repeated evaluations (optional; ``eval.repeats`` of the embedded backend): the checkpoint of step
+  N evaluated again with another sampling seed is ``val/repeat_RR/step_NNNNNN.jsonl`` (RR = 01,
+  02, ...; repeat 0 is ``val/step_NNNNNN.jsonl`` itself, which alone feeds ``metrics.json``). A
+  repeat file has the lines of a val file and must hold the same sets, problems and n samples
+  per problem as the step's main file. Runs without repeat folders are unchanged (older readers
+  ignore the folders).
+
 A run with status ``running`` is checked the same way: it may have fewer train rows than
 ``total_steps`` and its last attempt may still be open. A jsonl file without a val row is not a
 violation (a resumed run may leave files of steps its record dropped); it is ignored.
@@ -77,6 +84,7 @@ SC_TRAIN_METRICS = ("actor/sc_correction", "actor/sc_sampler_head_mass", "actor/
 
 VAL_CORE_RE = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
 VAL_FILE_RE = re.compile(r"^step_(?P<step>\d{6})\.jsonl$")
+REPEAT_DIR_RE = re.compile(r"^repeat_(?P<repeat>\d{2,})$")
 SAMPLE_FIELDS = ("data_source", "problem_id", "sample", "score", "acc", "response_length", "truncated")
 ACC_TOLERANCE = 1e-6
 MAX_EXAMPLES = 3  # examples listed per kind of line error in one file; the rest are counted
@@ -107,6 +115,13 @@ def val_file_name(step: int) -> str:
     return f"step_{step:06d}.jsonl"
 
 
+def repeat_dir_name(repeat: int) -> str:
+    """``val/repeat_RR`` folder of repeated evaluation ``repeat`` >= 1 (two digits at least)."""
+    if repeat < 1:
+        raise ValueError(f"repeat {repeat}: repeated evaluations are numbered from 1 (0 is the main val file)")
+    return f"repeat_{repeat:02d}"
+
+
 def val_metric_names(ds: str, n: int) -> tuple[str, str, str]:
     """The three val metric names the contract requires per evaluation set."""
     return (f"val-core/{ds}/acc/mean@{n}", f"val-aux/{ds}/response_length/mean", f"val-aux/{ds}/truncation_ratio")
@@ -134,6 +149,7 @@ class RunData:
     val_files: dict[int, ValFile]  # by step; only the steps that have a val row
     k: int | None = None  # samples per problem (the ``n`` of ``mean@n``)
     problems: dict[str, tuple[str, ...]] | None = None  # set -> sorted problem ids (first val step)
+    repeat_files: dict[tuple[int, int], ValFile] = field(default_factory=dict)  # by (step, repeat >= 1)
 
 
 # -- small helpers --------------------------------------------------------------------------------
@@ -549,7 +565,57 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
         elif problems != data.problems:
             diff = describe_problem_diff(data.problems or {}, problems)
             issues.add(vpath, f"problems differ from those of {first_path.name}: {diff}")
+    _read_repeats(vdir, data, issues)
     return data, issues.result()
+
+
+def _read_repeats(vdir: Path, data: RunData, issues: _Issues) -> None:
+    """Parse and check ``val/repeat_RR/step_NNNNNN.jsonl`` against the main file of the same step."""
+    if not vdir.is_dir():
+        return
+    for rdir in sorted(p for p in vdir.iterdir() if p.is_dir()):
+        m = REPEAT_DIR_RE.match(rdir.name)
+        if not m or int(m["repeat"]) < 1:
+            issues.add(rdir, "unexpected folder in val/ (expected repeat_RR with RR >= 01)")
+            continue
+        repeat = int(m["repeat"])
+        for p in sorted(rdir.iterdir()):
+            fm = VAL_FILE_RE.match(p.name)
+            if not fm:
+                issues.add(p, "unexpected file name (expected step_NNNNNN.jsonl)")
+                continue
+            step = int(fm["step"])
+            main = data.val_files.get(step)
+            if main is None:
+                continue  # no val row for this step: ignored like a main file without one
+            before = len(issues.result())
+            vf = _read_val_file(p, step, issues)
+            if vf is None or len(issues.result()) > before:
+                continue
+            data.repeat_files[(step, repeat)] = vf
+            _check_repeat_file(vf, main, data.k, issues)
+
+
+def _problem_samples(vf: ValFile) -> dict[tuple[str, str], list[int]]:
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for ds, pid, sample in zip(vf.columns["data_source"], vf.columns["problem_id"], vf.columns["sample"], strict=True):
+        out[(ds, pid)].append(sample)
+    return out
+
+
+def _check_repeat_file(vf: ValFile, main: ValFile, n: int | None, issues: _Issues) -> None:
+    got, ref = _problem_samples(vf), _problem_samples(main)
+    if set(got) != set(ref):
+        lack = sorted(f"{ds}/{pid}" for ds, pid in set(ref) - set(got))
+        extra = sorted(f"{ds}/{pid}" for ds, pid in set(got) - set(ref))
+        issues.add(vf.path, f"problems differ from {main.path}: lacks {_short(lack)}, extra {_short(extra)}")
+        return
+    if n is not None:
+        wrong = [f"{pid} has samples {_short(sorted(ids), 10)}" for (_, pid), ids in got.items()
+                 if sorted(ids) != list(range(n))]
+        if wrong:
+            issues.add(vf.path, f"every problem must have samples 0..{n - 1} exactly once (as in {main.path.name}): "
+                                + "; ".join(wrong[:MAX_EXAMPLES]))
 
 
 def describe_problem_diff(ref: dict[str, tuple[str, ...]], other: dict[str, tuple[str, ...]]) -> str:

@@ -1,12 +1,20 @@
 """Load a sweep directory (run directories of run_contract.md) into pandas frames.
 
-Every run directory is parsed and checked by :func:`analysis.contract.read_run`; any violation
-in any run, runs that disagree on the evaluation protocol (samples per problem, evaluation sets,
-problem ids) or an empty sweep raise :class:`SweepError` listing every problem with the file it
-comes from. Nothing is dropped silently: the only things skipped are hidden folders, the
-``report`` folder and folders that hold none of ``metrics.json``, ``config.yaml``, ``val/`` (they
-are listed in :attr:`Sweep.ignored`). Runs still in progress are loaded and flagged
+Every run directory is parsed and checked by :func:`analysis.contract.read_run`. A run folder
+without a valid ``metrics.json`` (missing, unreadable, or violating the contract: e.g. a run
+killed before its first step) is skipped and listed in :attr:`Sweep.skipped` with every reason,
+unless ``strict=True``, which raises instead. Any other violation in a loaded run (its jsonl
+files), runs that disagree on the evaluation protocol (samples per problem, evaluation sets,
+problem ids) or a sweep with nothing to analyse raise :class:`SweepError` listing every problem
+with the file it comes from. Besides skipped runs, the only things left out are hidden folders,
+the ``report`` folder and folders that hold none of ``metrics.json``, ``config.yaml``, ``val/``
+(listed in :attr:`Sweep.ignored`). Runs still in progress are loaded and flagged
 (``runs.in_progress``).
+
+The data flow: the per-sample lines are reduced once, here, to the tidy table
+:attr:`Sweep.counts`, one row per (run, step, repeat, data_source, problem_id) with the number of
+correct samples out of ``k``; every table, interval, test and figure of the report reads it
+(:attr:`Sweep.correct` is its repeat-0 view as a (run, step) x problem matrix).
 """
 
 from __future__ import annotations
@@ -58,10 +66,13 @@ class Sweep:
       last_step, n_evals, last_eval_step, in_progress, path; ordered by method then seed.
     - ``train``: one row per (run, step) with every train metric (NaN where null or absent).
     - ``val``: the ``val`` rows of metrics.json, one per (run, step).
-    - ``samples``: one row per generated sample of every evaluation (the jsonl lines) with run and step.
-    - ``correct``: number of correct samples per problem, index (run, step), columns
-      (data_source, problem_id) in ``sets`` order and sorted problem ids.
+    - ``samples``: one row per generated sample of every evaluation (the jsonl lines) with run,
+      step and repeat (0 = the main val file, r >= 1 = ``val/repeat_RR/``).
+    - ``counts``: the tidy table, one row per (run, step, repeat, data_source, problem_id) with
+      ``correct`` (correct samples out of ``k``); rows ordered like ``runs``, then step, repeat,
+      set, problem id.
     - ``k``: samples per problem; ``sets``: evaluation sets (sorted); ``problems``: ids per set.
+    - ``ignored``: folders that are no run; ``skipped``: run folders left out (path -> reasons).
     """
 
     root: Path
@@ -69,11 +80,28 @@ class Sweep:
     train: pd.DataFrame
     val: pd.DataFrame
     samples: pd.DataFrame
-    correct: pd.DataFrame
+    counts: pd.DataFrame
     k: int
     sets: tuple[str, ...]
     problems: dict[str, tuple[str, ...]]
     ignored: list[Path] = field(default_factory=list)
+    skipped: dict[Path, list[str]] = field(default_factory=dict)
+
+    @cached_property
+    def correct(self) -> pd.DataFrame:
+        """Repeat-0 counts as a matrix: index (run, step), columns (data_source, problem_id) in set order."""
+        return correct_matrix(self.counts, self.columns)
+
+    @cached_property
+    def columns(self) -> pd.MultiIndex:
+        """(data_source, problem_id) of every problem, sets in ``sets`` order, ids sorted."""
+        return pd.MultiIndex.from_tuples([(ds, p) for ds in self.sets for p in self.problems[ds]],
+                                         names=["data_source", "problem_id"])
+
+    @property
+    def repeats(self) -> int:
+        """Largest number of evaluations of one checkpoint in the sweep (1 = no repeats)."""
+        return int(self.counts["repeat"].max()) + 1 if len(self.counts) else 1
 
     @cached_property
     def set_slices(self) -> list[slice]:
@@ -139,8 +167,18 @@ def _protocol_errors(datas: list[RunData]) -> list[str]:
     return errors
 
 
-def load_sweep(sweep_dir: str | Path) -> Sweep:
-    """Load and validate every run of ``sweep_dir``; raise :class:`SweepError` on any problem."""
+def _metrics_invalid(run_dir: Path, violations: list[str]) -> list[str]:
+    """The violations that make ``run_dir``'s metrics.json invalid (missing, unreadable, off-contract)."""
+    prefix = f"{run_dir / METRICS_FILE}:"
+    return [v for v in violations if v.startswith(prefix)]
+
+
+def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
+    """Load and validate every run of ``sweep_dir``; raise :class:`SweepError` on any problem.
+
+    With ``strict=False`` (the default) run folders without a valid ``metrics.json`` are skipped
+    and listed in :attr:`Sweep.skipped`; with ``strict=True`` they raise like any violation.
+    """
     root = Path(sweep_dir)
     if not root.is_dir():
         raise SweepError(f"{root}: not a directory")
@@ -151,12 +189,19 @@ def load_sweep(sweep_dir: str | Path) -> Sweep:
     if not run_dirs:
         raise SweepError(f"{root}: empty sweep, no run directories (folders with {METRICS_FILE}) found")
     datas, problems = [], []
+    skipped: dict[Path, list[str]] = {}
     for rd in run_dirs:
         data, violations = read_run(rd)
+        if not strict and _metrics_invalid(rd, violations):
+            skipped[rd] = violations
+            continue
         datas.append(data)
         problems += violations
     if problems:
         raise SweepError([f"{len(problems)} contract violations; fix or remove these runs:", *problems])
+    if not datas:
+        raise SweepError([f"{root}: no run folder has a valid {METRICS_FILE}; skipped:",
+                          *[f"{p}: {v}" for p, vs in skipped.items() for v in vs]])
     names: dict[str, Path] = {}
     for d in datas:
         name = d.metrics["run"]["name"]
@@ -171,7 +216,9 @@ def load_sweep(sweep_dir: str | Path) -> Sweep:
     if not evaluated:
         raise SweepError(f"{root}: no run has an evaluation yet (no val rows in any {METRICS_FILE})")
     ref = evaluated[0]
-    return _build(root, datas, ref.k, ref.problems, ignored)
+    sweep = _build(root, datas, ref.k, ref.problems, ignored)
+    sweep.skipped = skipped
+    return sweep
 
 
 def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[str, ...]],
@@ -193,8 +240,11 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
         train.insert(0, "run", name)
         train_frames.append(train)
         val_rows += [{"run": name, **row} for row in val]
-        for step, vf in sorted(d.val_files.items()):
+        files = [(step, 0, vf) for step, vf in d.val_files.items()]
+        files += [(step, r, vf) for (step, r), vf in d.repeat_files.items()]
+        for step, repeat, vf in sorted(files, key=lambda t: (t[0], t[1])):
             frame = pd.DataFrame(vf.columns)
+            frame.insert(0, "repeat", repeat)
             frame.insert(0, "step", step)
             frame.insert(0, "run", name)
             sample_frames.append(frame)
@@ -205,17 +255,28 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
     train["step"] = train["step"].astype(int)
     samples = pd.concat(sample_frames, ignore_index=True)
     sets = tuple(sorted(problems))
-    columns = pd.MultiIndex.from_tuples([(ds, p) for ds in sets for p in problems[ds]],
-                                        names=["data_source", "problem_id"])
-    correct = samples.groupby(["run", "step", "data_source", "problem_id"], sort=False)["acc"].sum()
-    correct = correct.unstack(["data_source", "problem_id"]).reindex(columns=columns)
-    have = set(correct.index.get_level_values(0))
-    index = [(r, s) for r in order if r in have for s in sorted(correct.loc[r].index)]
-    correct = correct.loc[index].astype(int)
     return Sweep(
-        root=root, runs=runs, train=train, val=pd.DataFrame(val_rows), samples=samples, correct=correct,
-        k=int(k), sets=sets, problems=dict(problems), ignored=ignored,
+        root=root, runs=runs, train=train, val=pd.DataFrame(val_rows), samples=samples,
+        counts=tidy_counts(samples, order), k=int(k), sets=sets, problems=dict(problems), ignored=ignored,
     )
+
+
+def tidy_counts(samples: pd.DataFrame, run_order: list[str]) -> pd.DataFrame:
+    """Per (run, step, repeat, data_source, problem_id): ``correct`` = sum of ``acc`` (the tidy table)."""
+    counts = samples.groupby(["run", "step", "repeat", "data_source", "problem_id"], sort=True)["acc"].sum()
+    counts = counts.rename("correct").reset_index()
+    counts["_r"] = counts["run"].map({r: i for i, r in enumerate(run_order)})
+    counts = counts.sort_values(["_r", "step", "repeat", "data_source", "problem_id"], kind="stable")
+    return counts.drop(columns="_r").reset_index(drop=True).astype({"correct": int})
+
+
+def correct_matrix(counts: pd.DataFrame, columns: pd.MultiIndex, repeat: int = 0) -> pd.DataFrame:
+    """Rows of ``counts`` with ``repeat`` as a matrix: index (run, step), columns ``columns``."""
+    sel = counts[counts["repeat"] == repeat]
+    wide = sel.set_index(["run", "step", "data_source", "problem_id"])["correct"].unstack(
+        ["data_source", "problem_id"])
+    index = list(dict.fromkeys(zip(sel["run"], sel["step"], strict=True)))
+    return wide.reindex(index=pd.MultiIndex.from_tuples(index, names=["run", "step"]), columns=columns).astype(int)
 
 
 def val_path(sweep: Sweep, run: str, step: int) -> Path:

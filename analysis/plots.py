@@ -16,7 +16,16 @@ from matplotlib.figure import Figure
 
 from analysis.load import Sweep
 from analysis.stats import MOVING_AVERAGE_WINDOW, Resampler, backward_moving_average
-from analysis.tables import AVG, checkpoint_steps, eval_curves_table, per_problem_table
+from analysis.tables import (
+    AVG,
+    checkpoint_steps,
+    eval_curves_table,
+    per_problem_table,
+    retest_band,
+    retest_table,
+)
+
+RETEST_Z = 1.96  # half-width of the test-retest band in pooled test-retest sds
 
 METHOD_COLORS = {"pg": "tab:blue", "tis": "tab:orange", "sc": "tab:green", "sc_tis": "tab:red"}
 _EXTRA_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
@@ -74,14 +83,19 @@ def _grid(n: int, ncols: int) -> tuple[int, int]:
     return -(-n // ncols), ncols
 
 
-def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.DataFrame | None = None) -> Figure:
+def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.DataFrame | None = None,
+                retest: pd.DataFrame | None = None) -> Figure:
     """mean@k against step, one panel per set and one for ``avg``, raw (no smoothing).
 
-    One line per method with its per-point 95% bootstrap band over problems. When a method has
-    several seeds the line and band are those of the seed-averaged per-problem scores (steps all
-    its seeds evaluated) and each seed is also drawn thin, without band.
+    One line per method with its per-point 95% band: with one seed the bootstrap over problems;
+    when a method has several seeds the line is the seed-averaged per-problem scores (steps all
+    its seeds evaluated) with the two-level band over seeds and problems, and each seed is also
+    drawn thin, without that band. A run with repeated evaluations (``retest``, default
+    :func:`analysis.tables.retest_table`) gets a hatched test-retest band, its curve
+    ``± RETEST_Z x`` the pooled test-retest sd of :func:`analysis.tables.retest_band`.
     """
     resampler = resampler or Resampler()
+    band = retest_band(retest if retest is not None else retest_table(sweep)).set_index(["run", "data_source"])
     multi = any(len([r for r in sweep.runs_of(m) if r in sweep.evaluated_runs]) > 1 for m in sweep.methods)
     by_run = curves if curves is not None else eval_curves_table(sweep, resampler, by="run")
     main = eval_curves_table(sweep, resampler, by="method") if multi else by_run
@@ -105,6 +119,12 @@ def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.Dat
             for name, g in by_run[by_run["data_source"] == ds].groupby("curve", sort=False):
                 ax.plot(g["step"], g["mean_at_k"], color=method_color(g["method"].iloc[0], methods),
                         linestyle=styles.get(name, "-"), linewidth=0.8, alpha=0.6, label=run_label(sweep, name))
+        for name, g in by_run[by_run["data_source"] == ds].groupby("curve", sort=False):
+            if (name, ds) in band.index:
+                half = RETEST_Z * band.at[(name, ds), "sd"]
+                ax.fill_between(g["step"], g["mean_at_k"] - half, g["mean_at_k"] + half, facecolor="none",
+                                edgecolor=method_color(g["method"].iloc[0], methods), hatch="///", linewidth=0,
+                                alpha=0.5, label=f"{name}: test-retest ±{RETEST_Z} sd")
         n = sum(len(sweep.problems[s]) for s in sweep.sets) if ds == AVG else len(sweep.problems[ds])
         title = f"avg of {len(sweep.sets)} sets ({n} problems)" if ds == AVG else f"{ds} ({n} problems)"
         ax.set_title(title)
@@ -115,8 +135,9 @@ def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.Dat
         ax.set_visible(False)
     handles, leg_labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, leg_labels, loc="outside lower center", ncols=min(4, len(leg_labels)), fontsize=9)
-    fig.suptitle(f"{sweep.root.name}: mean@{sweep.k} per evaluation (raw, no smoothing; "
-                 "band = 95% bootstrap over problems)")
+    what = "two-level over seeds and problems" if multi else "bootstrap over problems"
+    fig.suptitle(f"{sweep.root.name}: mean@{sweep.k} per evaluation (raw, no smoothing; band = 95% {what}"
+                 + ("; hatched = test-retest" if len(band) else "") + ")")
     return fig
 
 

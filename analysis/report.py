@@ -1,8 +1,9 @@
 """Write ``<sweep>/report/``: the tables and figures of run_contract.md plus the human summary.
 
-Files: ``comparison.csv``, ``paired.csv`` (columns exactly those of the contract), ``passk.csv``
-(unbiased pass@k), ``comparison.md`` (everything in words and tables), ``eval_curves.png``,
-``train_curves.png``, ``per_problem.png``. :func:`build_report` computes everything and
+Files: ``comparison.csv``, ``paired.csv`` (the contract's columns first, then the seed-aware
+ones of :data:`analysis.tables.PAIRED_COLUMNS`), ``passk.csv`` (unbiased pass@k), ``retest.csv``
+(only when a run has repeated evaluations), ``comparison.md`` (everything in words and tables),
+``eval_curves.png``, ``train_curves.png``, ``per_problem.png``. :func:`build_report` computes everything and
 returns a :class:`Report`; :func:`write_report` also writes the files.
 """
 
@@ -20,17 +21,21 @@ from analysis import plots
 from analysis.load import REPORT_DIR, Sweep, load_sweep
 from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
 from analysis.tables import (
+    ALPHA,
     AVG,
+    SINGLE_SEED,
+    TWO_LEVEL,
     checkpoint_note,
     comparison_table,
     eval_curves_table,
     paired_table,
     passk_table,
+    retest_band,
+    retest_table,
     seed_aggregate_table,
     seeds_per_method,
 )
 
-ALPHA = 0.05
 DEFAULT_KS = (1, 2, 4, 8)
 
 
@@ -44,6 +49,7 @@ class Report:
     paired: pd.DataFrame
     passk: pd.DataFrame
     curves: pd.DataFrame
+    retest: pd.DataFrame  # repeated evaluations of one checkpoint (empty without repeats)
     n_boot: int
     seed: int
     files: dict[str, Path] = field(default_factory=dict)
@@ -71,13 +77,17 @@ def parse_checkpoints(spec: str | Sequence[str | int]) -> list[str | int]:
 
 
 def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | int] = "both",
-                 ks: Sequence[int] = DEFAULT_KS, n_boot: int = N_BOOT, seed: int = SEED) -> Report:
-    """Compute every table of the report for ``sweep`` (a loaded sweep or a sweep directory)."""
-    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
+                 ks: Sequence[int] = DEFAULT_KS, n_boot: int = N_BOOT, seed: int = SEED,
+                 strict: bool = False) -> Report:
+    """Compute every table of the report for ``sweep`` (a loaded sweep or a sweep directory).
+
+    ``strict``: passed to :func:`analysis.load.load_sweep` when a directory is given.
+    """
+    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep, strict=strict)
     cps = parse_checkpoints(checkpoints)
     resampler = Resampler(n_boot=n_boot, seed=seed)
     comp = comparison_table(sweep, cps, resampler)
-    agg = seed_aggregate_table(comp)
+    agg = seed_aggregate_table(sweep, cps)
     if not agg.empty:  # each method's aggregate row right after its seeds
         comp = pd.concat([comp, agg], ignore_index=True)
         comp["_agg"] = comp["seed"].isna()
@@ -91,19 +101,20 @@ def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | in
     for table in (comp, passk):  # integers stay integers next to the aggregates' empty cells
         for col in ("seed", "step"):
             table[col] = table[col].astype("Int64")
+    comp["n_seeds"] = comp["n_seeds"].astype(int)
     return Report(
         sweep=sweep, checkpoints=cps, comparison=comp,
         paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
-        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"),
+        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"), retest=retest_table(sweep),
         n_boot=n_boot, seed=seed,
     )
 
 
 def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
                  checkpoints: str | Sequence[str | int] = "both", ks: Sequence[int] = DEFAULT_KS,
-                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True) -> Report:
+                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True, strict: bool = False) -> Report:
     """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``)."""
-    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed)
+    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     files = report.files
@@ -113,9 +124,13 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
     report.paired.to_csv(files["paired.csv"], index=False)
     files["passk.csv"] = out / "passk.csv"
     report.passk.to_csv(files["passk.csv"], index=False)
+    if not report.retest.empty:
+        files["retest.csv"] = out / "retest.csv"
+        report.retest.to_csv(files["retest.csv"], index=False)
     if figures:
         resampler = Resampler(n_boot=n_boot, seed=seed)
-        files["eval_curves.png"] = plots.save(plots.eval_curves(report.sweep, resampler, report.curves),
+        files["eval_curves.png"] = plots.save(plots.eval_curves(report.sweep, resampler, report.curves,
+                                                                report.retest),
                                               out / "eval_curves.png")
         files["train_curves.png"] = plots.save(plots.train_curves(report.sweep), out / "train_curves.png")
         files["per_problem.png"] = plots.save(plots.per_problem(report.sweep, "final"), out / "per_problem.png")
@@ -142,9 +157,12 @@ def _p(p: float, eq: bool = False) -> str:
     return f"= {p:.3f}" if eq else f"{p:.3f}"
 
 
-def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA) -> str:
+def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA, seed_variance: bool = True) -> str:
     """``distinguishable`` if p < alpha and the interval excludes 0; ``borderline`` if only one
-    of the two holds; ``within noise`` otherwise."""
+    of the two holds; ``within noise`` otherwise. Without between-seed variance
+    (``seed_variance=False``: a single seed in an arm) always :data:`analysis.tables.SINGLE_SEED`."""
+    if not seed_variance:
+        return SINGLE_SEED
     significant, excludes = p < alpha, lo > 0 or hi < 0
     if significant and excludes:
         return "distinguishable"
@@ -188,6 +206,10 @@ def _runs_section(sweep: Sweep) -> list[str]:
     if sweep.ignored:
         notes.append("Ignored folders (no metrics.json, config.yaml or val/): "
                      + ", ".join(p.name for p in sweep.ignored) + ".")
+    if sweep.skipped:
+        notes.append("**Skipped run folders** (no valid metrics.json; `--strict` makes this an error): "
+                     + "; ".join(f"{p.name} ({'; '.join(v.removeprefix(str(p) + '/') for v in vs)})"
+                                 for p, vs in sweep.skipped.items()) + ".")
     return out + [n + "\n" for n in notes]
 
 
@@ -199,11 +221,12 @@ def _seed_note(sweep: Sweep) -> str:
                 "which for RL runs is often as large as the differences between methods.")
     multi = {m: n for m, n in counts.items() if n > 1}
     single = [m for m, n in counts.items() if n == 1]
-    text = ("Bold rows aggregate the seeds of a method: mean over seeds ± standard deviation over seeds "
-            "(sd), and in brackets mean ± t(0.975, seeds-1)·sd/√seeds. "
-            + ", ".join(f"{m}: {n} seeds" for m, n in multi.items()) + ".")
+    text = ("Bold rows aggregate the seeds of a method: mean over seeds, the standard deviation of the "
+            "seeds' mean@k (sd), and in brackets the 95% two-level t interval that counts both the seeds and "
+            "the problems (se from the spread of the seeds plus the problem part, t with seeds−1 df; "
+            "docs/statistics.md). " + ", ".join(f"{m}: {n} seeds" for m, n in multi.items()) + ".")
     if single:
-        text += f" Single seed: {', '.join(single)}."
+        text += f" Single seed: {', '.join(single)} (interval over problems only)."
     return text
 
 
@@ -211,7 +234,6 @@ def _comparison_section(report: Report, label: str) -> list[str]:
     sweep, comp = report.sweep, report.comparison
     c = comp[comp["checkpoint"] == label]
     sets = [*sweep.sets, AVG]
-    n_seeds = seeds_per_method(sweep)
     rows = []
     for run, g in c.groupby("run", sort=False):
         g = g.set_index("data_source")
@@ -220,7 +242,8 @@ def _comparison_section(report: Report, label: str) -> list[str]:
         for ds in sets:
             r = g.loc[ds]
             if is_agg:
-                sd = r["se"] * np.sqrt(n_seeds[r["method"]])
+                seeds = c[(c["method"] == r["method"]) & c["seed"].notna() & (c["data_source"] == ds)]
+                sd = seeds["mean_at_k"].std(ddof=1)
                 cells.append(f"**{_f(r['mean_at_k'])} ± {_f(sd)} sd** [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
             else:
                 cells.append(f"{_f(r['mean_at_k'])} ± {_f(r['se'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
@@ -230,46 +253,78 @@ def _comparison_section(report: Report, label: str) -> list[str]:
     header = ["run", "step", *[f"{ds} (n={len(sweep.problems[ds])})" for ds in sweep.sets],
               f"avg (n={sum(len(p) for p in sweep.problems.values())})"]
     return [title, "", f"Checkpoint: {checkpoint_note(label)}.", "",
-            f"Cells: mean@{sweep.k} ± standard error [95% percentile bootstrap over problems, "
-            f"{report.n_boot:,} resamples; stratified by set for avg].", "",
+            f"Cells of a run: mean@{sweep.k} ± standard error [95% percentile bootstrap over problems, "
+            f"{report.n_boot:,} resamples; stratified by set for avg] — the noise of one run's evaluation.", "",
             _md_table(header, rows), "", _seed_note(sweep), ""]
 
 
 def _paired_section(report: Report) -> list[str]:
     paired = report.paired
     out = ["## Paired differences between methods", "",
+           "**How to read it:** a difference counts only where the *between-seed variance* column says yes "
+           f"and the verdict is *distinguishable* (p < {ALPHA} and the 95% interval excludes 0); a single-seed "
+           "row is never evidence of a difference, whatever its interval.", "",
            "diff = mean over problems of (method a's per-problem mean@k − method b's), the problems "
-           "aligned by problem_id (a method with several seeds: its seeds' per-problem means averaged). "
-           "95% paired bootstrap interval over problems; p = two-sided paired sign-flip permutation test. "
-           f"Verdict: *distinguishable* when p < {ALPHA} and the interval excludes 0, *borderline* when "
-           "only one of the two holds, *within noise* otherwise.", ""]
+           "aligned by problem_id, a method's seeds averaged. "
+           f"With ≥ 2 seeds in both methods: *{TWO_LEVEL}* — se from the spread of the seeds' scores plus "
+           "the method × problem part, t interval and two-sided t-test (docs/statistics.md). "
+           f"Otherwise *{SINGLE_SEED}*: a 95% paired bootstrap interval over problems and a sign-flip p "
+           "over problems, which say how precisely these runs were evaluated, not whether the methods differ. "
+           "Verdict (two-level rows): *distinguishable* when p < "
+           f"{ALPHA} and the interval excludes 0, *borderline* when only one of the two holds, *within noise* "
+           "otherwise.", ""]
     if paired.empty:
         return out + ["Only one method is evaluated; there is nothing to pair.", ""]
-    n_tests = len(paired)
+    n_tests = int(paired["seed_variance"].sum())
     for label in dict.fromkeys(paired["checkpoint"]):
         p = paired[paired["checkpoint"] == label]
         rows, dist = [], []
         for r in p.itertuples(index=False):
-            v = verdict(r.p_value, r.ci_low, r.ci_high)
-            rows.append([f"{r.method_a} − {r.method_b}", r.data_source, f"{r.diff:+.3f}",
-                         f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", _p(r.p_value), str(r.n_problems), v])
+            v = verdict(r.p_value, r.ci_low, r.ci_high, seed_variance=bool(r.seed_variance))
+            rows.append([f"{r.method_a} − {r.method_b}", r.data_source, f"{r.seeds_a} / {r.seeds_b}",
+                         f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", _p(r.p_value), str(r.n_problems),
+                         "t" if r.seed_variance else "bootstrap", "yes" if r.seed_variance else "no", v])
             if v == "distinguishable":
                 higher = r.method_a if r.diff > 0 else r.method_b
                 dist.append(f"- {r.data_source}: {r.method_a} − {r.method_b} = {r.diff:+.3f} "
-                            f"(95% CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], p {_p(r.p_value, eq=True)}): "
-                            f"**{higher} is higher**")
+                            f"(95% CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], p {_p(r.p_value, eq=True)}, "
+                            f"{r.seeds_a} and {r.seeds_b} seeds): **{higher} is higher**")
         out += [f"### `{label}` checkpoint", "",
-                _md_table(["a − b", "set", "diff", "95% CI", "p", "problems", "verdict"], rows), ""]
+                _md_table(["a − b", "set", "seeds a / b", "diff", "95% CI", "p", "problems", "method",
+                           "between-seed variance", "verdict"], rows), ""]
+        tested = int(p["seed_variance"].sum())
         if dist:
-            out += [f"Distinguishable from noise at the `{label}` checkpoint ({len(dist)} of {len(rows)}):", "",
-                    *dist, "", f"The other {len(rows) - len(dist)} differences are borderline or within noise: "
+            out += [f"Distinguishable from noise at the `{label}` checkpoint ({len(dist)} of {tested} "
+                    "two-level comparisons):", "", *dist, "",
+                    f"The other {len(rows) - len(dist)} rows are borderline, within noise or single-seed: "
                     "this sweep cannot tell those methods apart.", ""]
-        else:
+        elif tested:
             out += [f"At the `{label}` checkpoint no difference is distinguishable from noise.", ""]
-    out += [f"These are {n_tests} tests at the {ALPHA} level, uncorrected for multiplicity: even if all methods "
-            f"were equal, about {ALPHA * n_tests:.1f} of them would come out 'distinguishable' by chance. "
-            "Rows of one checkpoint share the problems, so they are not independent either.", ""]
+        else:
+            out += [f"At the `{label}` checkpoint every comparison has a single seed in at least one method "
+                    "(between-seed variance not estimated): no difference can be claimed. Run ≥ 2 seeds per "
+                    "method (3–5 to have any power; docs/statistics.md).", ""]
+    if n_tests:
+        out += [f"These are {n_tests} two-level tests at the {ALPHA} level, uncorrected for multiplicity: even "
+                f"if all methods were equal, about {ALPHA * n_tests:.1f} of them would come out 'distinguishable' "
+                "by chance. Rows of one checkpoint share the problems and the runs, so they are not independent "
+                "either. Few seeds give little power: see the calibration table in docs/statistics.md.", ""]
     return out
+
+
+def _retest_section(report: Report) -> list[str]:
+    if report.retest.empty:
+        return []
+    band = retest_band(report.retest)
+    rows = [[r.run, r.data_source, str(r.n_steps), str(r.n_repeats), _f(r.sd), _f(r.predicted_sd)]
+            for r in band.itertuples(index=False)]
+    return ["## Test-retest noise (repeated evaluations of one checkpoint)", "",
+            "Each checkpoint with repeats was evaluated several times with different sampling seeds, the model "
+            "fixed. sd = standard deviation of mean@k across those evaluations, pooled over the steps (root "
+            "mean square); predicted = the sd that sampling the responses alone predicts (binomial, per "
+            "problem). An evaluation of one checkpoint moves by about ±1.96 sd on a rerun; the eval curves "
+            "draw that band. Per step: `retest.csv`.", "",
+            _md_table(["run", "set", "steps with repeats", "evaluations", "sd", "predicted sd"], rows), ""]
 
 
 def _passk_section(report: Report) -> list[str]:
@@ -300,16 +355,22 @@ def markdown(report: Report, figures: bool = True) -> str:
            f"Sweep `{sweep.root}`; generated {now} by `python -m analysis`. "
            f"Evaluation protocol shared by every run: {sweep.k} samples per problem; sets: {sets}. "
            f"All numbers are computed from the per-sample jsonl files. Bootstrap: {report.n_boot:,} "
-           f"resamples, numpy default_rng seeded with {report.seed}.", ""]
+           f"resamples, numpy default_rng seeded with {report.seed}.", "",
+           "**How to read it:** only a paired difference with between-seed variance \"yes\" and verdict "
+           "*distinguishable* is evidence that two methods differ; single-seed rows and per-run intervals "
+           "measure evaluation noise only.", ""]
     out += _runs_section(sweep)
     for label in report.checkpoint_labels:
         out += _comparison_section(report, label)
     out += _paired_section(report)
+    out += _retest_section(report)
     out += _passk_section(report)
     if figures:
         out += ["## Figures", "",
                 f"- `eval_curves.png`: mean@{sweep.k} per set and avg against training step, raw (no smoothing), "
-                "with each point's 95% bootstrap band over problems.",
+                "with each point's 95% band (one seed: bootstrap over problems; a method's mean of several "
+                "seeds: the two-level interval over seeds and problems) and, for runs with repeated "
+                "evaluations, the hatched ±1.96 sd test-retest band.",
                 "- `train_curves.png`: training metrics as backward 20-step moving averages (the value at step s "
                 "is the mean of steps s−19..s); an arm that does not log a metric is absent from its panel.",
                 "- `per_problem.png`: per-problem accuracy of every run at its final checkpoint; problems sorted "

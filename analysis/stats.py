@@ -1,4 +1,8 @@
-"""Estimators and uncertainty for per-problem evaluation results.
+"""Problem-level estimators and uncertainty of one run's (or one seed-average's) evaluation results.
+
+These intervals describe the noise of the problems and sampled responses of the runs at hand;
+they do not contain between-seed variance. Intervals over seeds and problems are in
+:mod:`analysis.seeds`.
 
 Notation: a set has n problems, each sampled k times; ``x_j`` is problem j's mean correctness
 (``c_j / k`` with ``c_j`` the number of correct samples).
@@ -14,6 +18,17 @@ Notation: a set has n problems, each sampled k times; ``x_j`` is problem j's mea
   sign of each d_j independently (the null: a and b are exchangeable on every problem).
 - pass@k, unbiased (Chen et al. 2021): with n samples of which c are correct,
   pass@k = 1 - C(n-c, k) / C(n, k), averaged over problems.
+
+Own code where no library does the job (everything else is numpy, pandas, scipy.stats):
+``Resampler`` (one fixed resample matrix per set position shared by every run, pair and step, so
+the stratified ``avg`` interval is built from exactly the per-set resamples and a whole stack of
+score vectors is resampled with one matrix product; ``scipy.stats.bootstrap`` draws anew for each
+call and has no stratification), ``sign_flip_pvalue`` (exact enumeration over the non-zero
+differences and the |T| >= |T_obs| two-sided rule, tested against brute force;
+``scipy.stats.permutation_test`` forms two-sided p-values as twice the smaller one-sided one and
+enumerates exactly only below ``n_resamples`` patterns of all values), ``pass_at_k`` (the exact
+binomial formula with ``math.comb``), ``backward_moving_average`` (pandas ``rolling`` over a
+step-indexed frame).
 
 Reproducibility: the resamples come from ``numpy.random.default_rng([seed, n, stream])``, one
 stream per set position, so the same sweep gives the same intervals on every run, two sets of
@@ -187,22 +202,3 @@ def backward_moving_average(values: pd.Series, window: int = MOVING_AVERAGE_WIND
     steps = values.index.to_numpy()
     full = values.reindex(range(int(steps.min()), int(steps.max()) + 1))
     return full.rolling(window=window, min_periods=1).mean().reindex(values.index)
-
-
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
-
-
-def t_quantile_975(df: int) -> float:
-    """97.5% quantile of Student's t with ``df`` degrees of freedom (for a 95% interval).
-
-    Tabulated to 3 decimals for df <= 30; beyond, the Cornish-Fisher expansion
-    z + (z^3 + z) / (4 df) + (5 z^5 + 16 z^3 + 3 z) / (96 df^2) with z = 1.959964 (error < 1e-3).
-    """
-    if df < 1:
-        return math.nan
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959963984540054
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)

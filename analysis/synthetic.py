@@ -226,3 +226,73 @@ def write_known_sweep(sweep_dir: str | Path) -> Path:
         acc = {step: {ds: counts_to_acc(c, KNOWN_K) for ds, c in sets.items()} for step, sets in evals.items()}
         write_run(sweep_dir / f"{method}-seed1", method=method, seed=1, evals=acc, total_steps=20)
     return sweep_dir
+
+
+# -- null and shifted sweeps for the calibration of the seed-aware statistics ---------------------
+NULL_DIFFICULTY_BETA = (0.6, 0.9)  # per-problem solve rates of an AIME-like set (mean 0.4, many near 0)
+
+
+def two_arm_counts(
+    rng: np.random.Generator,
+    n_sweeps: int,
+    seeds: int,
+    *,
+    n_problems: int = 30,
+    k: int = 8,
+    seed_sd_logit: float = 0.35,
+    shift_logit: float = 0.0,
+    difficulty_beta: tuple[float, float] = NULL_DIFFICULTY_BETA,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Correct counts of arms A and B in ``n_sweeps`` independent sweeps, each (n_sweeps, seeds, n_problems).
+
+    Per sweep: a fresh problem set with solve rates ``p_j ~ Beta(*difficulty_beta)`` (clipped to
+    [0.001, 0.999]), logit ``b_j``; run s of arm a has a seed effect ``u_as ~ N(0, seed_sd_logit^2)``
+    and solves problem j with probability ``sigmoid(b_j + u_as + shift_logit [arm B only])``;
+    counts are ``Binomial(k, that)``. ``shift_logit = 0`` is the null (truly equal arms).
+    """
+    p = np.clip(rng.beta(*difficulty_beta, size=(n_sweeps, 1, n_problems)), 1e-3, 1 - 1e-3)
+    b = np.log(p / (1 - p))
+    u_a = rng.normal(0.0, seed_sd_logit, size=(n_sweeps, seeds, 1))
+    u_b = rng.normal(0.0, seed_sd_logit, size=(n_sweeps, seeds, 1))
+    ca = rng.binomial(k, 1 / (1 + np.exp(-(b + u_a))))
+    cb = rng.binomial(k, 1 / (1 + np.exp(-(b + u_b + shift_logit))))
+    return ca, cb
+
+
+def run_accuracy_sd(seed_sd_logit: float, *, n_problems: int = 30, shift_logit: float = 0.0,
+                    difficulty_beta: tuple[float, float] = NULL_DIFFICULTY_BETA, draws: int = 4000,
+                    seed: int = 0) -> float:
+    """Seed-to-seed sd of a run's expected accuracy implied by ``seed_sd_logit`` (Monte Carlo, fixed seed).
+
+    The mean over problem sets of the sd over seed effects of ``mean_j sigmoid(b_j + u)``.
+    """
+    rng = np.random.default_rng(seed)
+    p = np.clip(rng.beta(*difficulty_beta, size=(200, 1, n_problems)), 1e-3, 1 - 1e-3)
+    b = np.log(p / (1 - p)) + shift_logit
+    u = rng.normal(0.0, seed_sd_logit, size=(1, draws // 200 * 10, 1))
+    acc = (1 / (1 + np.exp(-(b + u)))).mean(axis=-1)
+    return float(acc.std(axis=-1, ddof=1).mean())
+
+
+def true_difference(shift_logit: float, *, n_problems: int = 30, seed_sd_logit: float = 0.35,
+                    difficulty_beta: tuple[float, float] = NULL_DIFFICULTY_BETA, seed: int = 0) -> float:
+    """Expected accuracy of arm B minus arm A under :func:`two_arm_counts` (Monte Carlo, fixed seed)."""
+    rng = np.random.default_rng(seed)
+    p = np.clip(rng.beta(*difficulty_beta, size=(400, 1, n_problems)), 1e-3, 1 - 1e-3)
+    b = np.log(p / (1 - p)) + rng.normal(0.0, seed_sd_logit, size=(400, 50, 1))
+    return float((1 / (1 + np.exp(-(b + shift_logit))) - 1 / (1 + np.exp(-b))).mean())
+
+
+def write_two_arm_sweep(sweep_dir: str | Path, counts_a: np.ndarray, counts_b: np.ndarray, k: int,
+                        methods: tuple[str, str] = ("pg", "sc"), set_name: str = "aime") -> Path:
+    """Write one sweep of :func:`two_arm_counts` (arrays (seeds, n_problems)) as run folders.
+
+    One evaluation at step 0 per run, runs ``<method>-seed<s+1>``; the sweep the report reads.
+    """
+    sweep_dir = Path(sweep_dir)
+    problems = {set_name: problem_ids(set_name, counts_a.shape[-1])}
+    for method, counts in zip(methods, (counts_a, counts_b), strict=True):
+        for s, row in enumerate(np.asarray(counts)):
+            write_run(sweep_dir / f"{method}-seed{s + 1}", method=method, seed=s + 1,
+                      evals={0: {set_name: counts_to_acc(row, k)}}, problems=problems, total_steps=0)
+    return sweep_dir

@@ -1,14 +1,19 @@
-"""The report's tables as pandas frames, computed from the per-sample results of a :class:`Sweep`.
+"""The report's tables as pandas frames, computed from the tidy table of a :class:`Sweep`.
 
 Checkpoints: ``final`` is a run's last evaluated step; ``best`` the evaluated step with the
 highest ``avg`` mean@k (the earliest on ties; step 0, before training, counts). ``best`` is
 selected on the very sets it is reported on, so it is optimistic. An integer step ``N`` (label
 ``step_N``) picks that evaluated step in every run.
 
-Methods with several seeds: a method's per-problem score is the mean over its seeds of each
-seed's per-problem mean at that seed's checkpoint; paired comparisons are between methods on
-these scores. Aggregate rows of :func:`seed_aggregate_table` summarise the seeds' mean@k:
-mean over seeds, ``se`` = std over seeds (ddof 1) / sqrt(seeds), ``ci`` = mean +- t_{0.975, seeds-1} se.
+Seeds. A run's rows describe that run alone: mean@k, se and a percentile bootstrap over problems
+(:mod:`analysis.stats`). A method with >= 2 seeds also gets an aggregate row whose interval counts
+both levels, seeds and problems (:func:`analysis.seeds.mean_two_level`). A paired comparison of
+two methods that both have >= 2 seeds is the two-level t-test and interval of
+:func:`analysis.seeds.diff_two_level` (``seed_variance`` True; significant when p < ``ALPHA``).
+When either method has a single seed the between-seed variance cannot be estimated: the row gives
+the problem-level paired bootstrap interval and sign-flip p-value of the seed-averaged per-problem
+scores, labelled :data:`SINGLE_SEED`, and is never significant. Every statistic reads the repeat-0
+evaluations; repeated evaluations only feed :func:`retest_table`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import Sweep, SweepError
+from analysis.seeds import diff_two_level, mean_two_level
 from analysis.stats import (
     N_FLIP,
     SEED,
@@ -28,14 +34,18 @@ from analysis.stats import (
     set_summaries,
     sign_flip_pvalue,
     stratified_weights,
-    t_quantile_975,
 )
 
 AVG = "avg"
+ALPHA = 0.05
+SINGLE_SEED = "single seed: between-seed variance not estimated"
+TWO_LEVEL = "two-level t (seeds and problems)"
+PROBLEM_LEVEL = "bootstrap over problems"
 COMPARISON_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "k", "n_problems",
-                      "mean_at_k", "se", "ci_low", "ci_high"]
+                      "mean_at_k", "se", "ci_low", "ci_high", "n_seeds", "interval"]
 PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "ci_low", "ci_high", "p_value",
-                  "n_problems"]
+                  "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant"]
+RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
 CHECKPOINT_NOTES = {
     "final": "the last evaluated step of each run",
@@ -93,11 +103,22 @@ def _scores_at(sweep: Sweep, run: str, step: int) -> np.ndarray:
     return sweep.correct.loc[(run, step)].to_numpy(dtype=float) / sweep.k
 
 
+def arm_scores(sweep: Sweep, cps: pd.DataFrame) -> dict[str, tuple[list[str], np.ndarray]]:
+    """Per method: its runs and their per-problem scores (S, n) at the steps of ``cps`` (one checkpoint)."""
+    out: dict[str, tuple[list[str], list[np.ndarray]]] = {}
+    for run, _, step in cps.itertuples(index=False):
+        runs, rows = out.setdefault(sweep.runs.at[run, "method"], ([], []))
+        runs.append(run)
+        rows.append(_scores_at(sweep, run, step))
+    return {m: (runs, np.stack(rows)) for m, (runs, rows) in out.items()}
+
+
 def comparison_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best"),
                      resampler: Resampler | None = None) -> pd.DataFrame:
-    """Per (run, data_source incl. ``avg``, checkpoint): mean@k, se and 95% bootstrap interval.
+    """Per (run, data_source incl. ``avg``, checkpoint): mean@k, se and 95% bootstrap interval over problems.
 
-    Columns :data:`COMPARISON_COLUMNS` (run_contract.md, "report/").
+    Columns :data:`COMPARISON_COLUMNS` (run_contract.md, "report/"; ``n_seeds`` = 1 and
+    ``interval`` = :data:`PROBLEM_LEVEL` on these rows).
     """
     resampler = resampler or Resampler()
     cps = checkpoint_steps(sweep, checkpoints)
@@ -112,7 +133,8 @@ def comparison_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
         for j, ds in enumerate(labels):
             rows.append({"method": method, "seed": seed, "run": run, "data_source": ds, "checkpoint": cp,
                          "step": step, "k": sweep.k, "n_problems": sizes[j], "mean_at_k": summ["mean"][j, i],
-                         "se": summ["se"][j, i], "ci_low": summ["ci_low"][j, i], "ci_high": summ["ci_high"][j, i]})
+                         "se": summ["se"][j, i], "ci_low": summ["ci_low"][j, i], "ci_high": summ["ci_high"][j, i],
+                         "n_seeds": 1, "interval": PROBLEM_LEVEL})
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
@@ -121,70 +143,82 @@ def seeds_per_method(sweep: Sweep) -> dict[str, int]:
     return {m: sum(1 for r in sweep.evaluated_runs if sweep.runs.at[r, "method"] == m) for m in sweep.methods}
 
 
-def seed_aggregate_table(comparison: pd.DataFrame) -> pd.DataFrame:
+def seed_aggregate_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best")) -> pd.DataFrame:
     """One row per (method with >= 2 seeds, data_source, checkpoint), in :data:`COMPARISON_COLUMNS`.
 
-    ``mean_at_k`` = mean of the seeds' mean@k; ``se`` = their std (ddof 1) / sqrt(seeds);
-    ``ci_low/ci_high`` = mean -+ t_{0.975, seeds-1} * se; ``step`` is the seeds' common step or
-    NaN; ``seed`` is NaN and ``run`` names the aggregate (:func:`aggregate_label`).
+    ``mean_at_k`` = mean of the seeds' mean@k; ``se``, ``ci_low``/``ci_high`` = the two-level
+    standard error and 95% t interval of :func:`analysis.seeds.mean_two_level` (seed part + problem
+    part, df = seeds - 1); ``step`` is the seeds' common step or NaN; ``seed`` is NaN and ``run``
+    names the aggregate (:func:`aggregate_label`).
     """
+    labels, sizes = set_labels(sweep), set_sizes(sweep)
     rows = []
-    for (method, ds, cp), g in comparison.groupby(["method", "data_source", "checkpoint"], sort=False):
-        n = g["run"].nunique()
-        if n < 2:
-            continue
-        mean = g["mean_at_k"].mean()
-        se = g["mean_at_k"].std(ddof=1) / np.sqrt(n)
-        half = t_quantile_975(n - 1) * se
-        steps = g["step"].unique()
-        rows.append({"method": method, "seed": np.nan, "run": aggregate_label(method, n), "data_source": ds,
-                     "checkpoint": cp, "step": steps[0] if len(steps) == 1 else np.nan, "k": g["k"].iloc[0],
-                     "n_problems": g["n_problems"].iloc[0], "mean_at_k": mean, "se": se,
-                     "ci_low": mean - half, "ci_high": mean + half})
+    for cp in checkpoints:
+        cps = checkpoint_steps(sweep, [cp])
+        label = cps["checkpoint"].iloc[0] if len(cps) else str(cp)
+        for method, (runs, y) in arm_scores(sweep, cps).items():
+            if len(runs) < 2:
+                continue
+            summ = mean_two_level(y, sweep.set_slices)
+            steps = cps.set_index("run").loc[runs, "step"].unique()
+            for j, ds in enumerate(labels):
+                rows.append({"method": method, "seed": np.nan, "run": aggregate_label(method, len(runs)),
+                             "data_source": ds, "checkpoint": label, "step": steps[0] if len(steps) == 1 else np.nan,
+                             "k": sweep.k, "n_problems": sizes[j], "mean_at_k": summ["estimate"][j],
+                             "se": summ["se"][j], "ci_low": summ["ci_low"][j], "ci_high": summ["ci_high"][j],
+                             "n_seeds": len(runs), "interval": TWO_LEVEL})
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
 def method_scores(sweep: Sweep, checkpoint: str | int) -> dict[str, np.ndarray]:
     """Per method: per-problem scores at ``checkpoint``, averaged over the method's seeds."""
-    cps = checkpoint_steps(sweep, [checkpoint])
-    out: dict[str, list[np.ndarray]] = {}
-    for run, _, step in cps.itertuples(index=False):
-        out.setdefault(sweep.runs.at[run, "method"], []).append(_scores_at(sweep, run, step))
-    return {m: np.mean(v, axis=0) for m, v in out.items()}
+    return {m: y.mean(axis=0) for m, (_, y) in arm_scores(sweep, checkpoint_steps(sweep, [checkpoint])).items()}
 
 
 def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best"),
-                 resampler: Resampler | None = None, n_flip: int = N_FLIP, seed: int = SEED) -> pd.DataFrame:
+                 resampler: Resampler | None = None, n_flip: int = N_FLIP, seed: int = SEED,
+                 alpha: float = ALPHA) -> pd.DataFrame:
     """Every pair of methods (a before b in pg, tis, sc, sc_tis order), per set and ``avg``.
 
-    ``diff`` = mean over problems of a's per-problem score minus b's (for ``avg``: the mean of the
-    sets' mean differences); ``ci_low/ci_high`` = paired (stratified for ``avg``) percentile
-    bootstrap; ``p_value`` = two-sided sign-flip permutation test
-    (:func:`analysis.stats.sign_flip_pvalue`; for ``avg`` on the stratified statistic).
-    Columns :data:`PAIRED_COLUMNS`.
+    ``diff`` = mean over problems of a's seed-averaged per-problem score minus b's (for ``avg``:
+    the mean of the sets' mean differences). Both methods with >= 2 seeds: ``se``, ``df``,
+    ``ci_low/ci_high`` and ``p_value`` of the two-level t (:func:`analysis.seeds.diff_two_level`),
+    ``test`` = :data:`TWO_LEVEL`, ``seed_variance`` True, ``significant`` = p < ``alpha``.
+    Otherwise: problem-level se, paired (stratified for ``avg``) percentile bootstrap interval and
+    two-sided sign-flip p-value (:func:`analysis.stats.sign_flip_pvalue`), ``df`` NaN, ``test`` =
+    :data:`SINGLE_SEED`, ``seed_variance`` and ``significant`` False. Columns :data:`PAIRED_COLUMNS`.
     """
     resampler = resampler or Resampler()
     labels, sizes = set_labels(sweep), set_sizes(sweep)
     weights = stratified_weights(sizes[:-1])
     rows = []
     for cp in checkpoints:
-        scores = method_scores(sweep, cp)
-        methods = [m for m in sweep.methods if m in scores]
-        pairs = list(combinations(methods, 2))
-        if not pairs:
-            continue
-        d = np.stack([scores[a] - scores[b] for a, b in pairs])
-        summ = set_summaries(d, sweep.set_slices, resampler)
-        label = checkpoint_steps(sweep, [cp])["checkpoint"].iloc[0]
-        for i, (a, b) in enumerate(pairs):
+        cps = checkpoint_steps(sweep, [cp])
+        arms = arm_scores(sweep, cps)
+        methods = [m for m in sweep.methods if m in arms]
+        label = cps["checkpoint"].iloc[0] if len(cps) else str(cp)
+        for a, b in combinations(methods, 2):
+            (_, ya), (_, yb) = arms[a], arms[b]
+            base = {"method_a": a, "method_b": b, "checkpoint": label, "seeds_a": len(ya), "seeds_b": len(yb)}
+            if len(ya) >= 2 and len(yb) >= 2:
+                t = diff_two_level(ya, yb, sweep.set_slices)
+                for j, ds in enumerate(labels):
+                    rows.append({**base, "data_source": ds, "diff": t["estimate"][j], "ci_low": t["ci_low"][j],
+                                 "ci_high": t["ci_high"][j], "p_value": t["p_value"][j], "n_problems": sizes[j],
+                                 "se": t["se"][j], "df": t["df"][j], "test": TWO_LEVEL, "seed_variance": True,
+                                 "significant": bool(t["p_value"][j] < alpha)})
+                continue
+            d = ya.mean(axis=0) - yb.mean(axis=0)
+            summ = set_summaries(d, sweep.set_slices, resampler)
             for j, ds in enumerate(labels):
                 if ds == AVG:
-                    p = sign_flip_pvalue(d[i], weights, n_flip=n_flip, seed=seed)
+                    p = sign_flip_pvalue(d, weights, n_flip=n_flip, seed=seed)
                 else:
-                    p = sign_flip_pvalue(d[i, sweep.set_slices[j]], n_flip=n_flip, seed=seed)
-                rows.append({"method_a": a, "method_b": b, "data_source": ds, "checkpoint": label,
-                             "diff": summ["mean"][j, i], "ci_low": summ["ci_low"][j, i],
-                             "ci_high": summ["ci_high"][j, i], "p_value": p, "n_problems": sizes[j]})
+                    p = sign_flip_pvalue(d[sweep.set_slices[j]], n_flip=n_flip, seed=seed)
+                rows.append({**base, "data_source": ds, "diff": summ["mean"][j], "ci_low": summ["ci_low"][j],
+                             "ci_high": summ["ci_high"][j], "p_value": p, "n_problems": sizes[j],
+                             "se": summ["se"][j], "df": np.nan, "test": SINGLE_SEED, "seed_variance": False,
+                             "significant": False})
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
 
 
@@ -224,19 +258,28 @@ def passk_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best
 
 
 def eval_curves_table(sweep: Sweep, resampler: Resampler | None = None, by: str = "run") -> pd.DataFrame:
-    """mean@k with its per-point 95% bootstrap band at every evaluated step, raw (no smoothing).
+    """mean@k with its per-point 95% band at every evaluated step, raw (no smoothing).
 
-    ``by="run"``: one curve per run. ``by="method"``: one curve per method, on the per-problem
-    scores averaged over the method's seeds, at the steps every seed has evaluated.
+    ``by="run"``: one curve per run, band = bootstrap over problems. ``by="method"``: one curve
+    per method on the per-problem scores averaged over its seeds, at the steps every seed has
+    evaluated; with >= 2 seeds the band is the two-level interval (seeds and problems) of
+    :func:`analysis.seeds.mean_two_level`, with one seed the bootstrap over problems.
     Columns: curve, method, step, data_source (sets and ``avg``), mean_at_k, ci_low, ci_high, n_seeds.
     """
     resampler = resampler or Resampler()
     labels = set_labels(sweep)
-    curves: list[tuple[str, str, np.ndarray, np.ndarray, int]] = []
+    frames = []
+
+    def add(name: str, method: str, steps: np.ndarray, summ: dict[str, np.ndarray], mean_key: str, n: int) -> None:
+        for j, ds in enumerate(labels):
+            frames.append(pd.DataFrame({"curve": name, "method": method, "step": steps, "data_source": ds,
+                                        "mean_at_k": summ[mean_key][j], "ci_low": summ["ci_low"][j],
+                                        "ci_high": summ["ci_high"][j], "n_seeds": n}))
+
     if by == "run":
         for run in sweep.evaluated_runs:
             steps, x = sweep.scores(run)
-            curves.append((run, sweep.runs.at[run, "method"], steps, x, 1))
+            add(run, sweep.runs.at[run, "method"], steps, set_summaries(x, sweep.set_slices, resampler), "mean", 1)
     elif by == "method":
         for method in sweep.methods:
             runs = [r for r in sweep.runs_of(method) if r in sweep.evaluated_runs]
@@ -245,18 +288,64 @@ def eval_curves_table(sweep: Sweep, resampler: Resampler | None = None, by: str 
             common = sorted(set.intersection(*(set(sweep.steps(r).tolist()) for r in runs)))
             if not common:
                 continue
-            x = np.mean([sweep.correct.loc[[(r, s) for s in common]].to_numpy(float) / sweep.k for r in runs], axis=0)
-            curves.append((method, method, np.array(common), x, len(runs)))
+            y = np.stack([sweep.correct.loc[[(r, s) for s in common]].to_numpy(float) / sweep.k for r in runs], axis=1)
+            if len(runs) >= 2:  # y: (steps, seeds, problems)
+                add(method, method, np.array(common), mean_two_level(y, sweep.set_slices), "estimate", len(runs))
+            else:
+                add(method, method, np.array(common), set_summaries(y[:, 0], sweep.set_slices, resampler), "mean", 1)
     else:
         raise ValueError(f"by must be 'run' or 'method', got {by!r}")
-    frames = []
-    for name, method, steps, x, n_seeds in curves:
-        summ = set_summaries(x, sweep.set_slices, resampler)
-        for j, ds in enumerate(labels):
-            frames.append(pd.DataFrame({"curve": name, "method": method, "step": steps, "data_source": ds,
-                                        "mean_at_k": summ["mean"][j], "ci_low": summ["ci_low"][j],
-                                        "ci_high": summ["ci_high"][j], "n_seeds": n_seeds}))
     return pd.concat(frames, ignore_index=True)
+
+
+def retest_table(sweep: Sweep) -> pd.DataFrame:
+    """Test-retest noise of one checkpoint, from repeated evaluations (``val/repeat_RR/``).
+
+    One row per (run, step with >= 2 evaluations, data_source incl. ``avg``): ``n_repeats``
+    evaluations R, ``mean_at_k`` their mean, ``sd`` their standard deviation (ddof 1), and
+    ``predicted_sd`` the sd that sampling k responses alone predicts for one evaluation,
+    ``sqrt(sum_j x_j (1 - x_j) / (k - 1)) / n`` per set (x_j = a problem's mean correctness,
+    averaged over the repeats; the unbiased binomial variance), for ``avg`` the root of the mean
+    of the sets' squares over m (sets independent). Columns :data:`RETEST_COLUMNS`; empty without repeats.
+    """
+    counts = sweep.counts
+    multi = counts.groupby(["run", "step"])["repeat"].transform("nunique") >= 2
+    if not multi.any() or sweep.k < 2:
+        return pd.DataFrame(columns=RETEST_COLUMNS)
+    sel = counts[multi]
+    rows = []
+    for (run, step), g in sel.groupby(["run", "step"], sort=False):
+        wide = g.set_index(["repeat", "data_source", "problem_id"])["correct"].unstack(["data_source", "problem_id"])
+        x = wide.reindex(columns=sweep.columns).to_numpy(float) / sweep.k  # (R, problems)
+        means, preds = [], []
+        for sl in sweep.set_slices:
+            xs = x[:, sl]
+            means.append(xs.mean(axis=1))
+            xbar = xs.mean(axis=0)
+            preds.append(np.sqrt((xbar * (1 - xbar) / (sweep.k - 1)).sum()) / xs.shape[1])
+        m = len(sweep.sets)
+        entries = [*zip(sweep.sets, means, preds, strict=True),
+                   (AVG, sum(means) / m, np.sqrt(sum(p**2 for p in preds)) / m)]
+        for ds, per_repeat, pred in entries:
+            rows.append({"run": run, "method": sweep.runs.at[run, "method"], "step": int(step), "data_source": ds,
+                         "n_repeats": len(per_repeat), "mean_at_k": float(np.mean(per_repeat)),
+                         "sd": float(np.std(per_repeat, ddof=1)), "predicted_sd": float(pred)})
+    return pd.DataFrame(rows, columns=RETEST_COLUMNS)
+
+
+def retest_band(retest: pd.DataFrame) -> pd.DataFrame:
+    """Pooled test-retest sd per (run, data_source): ``sqrt(mean over steps of sd^2)``.
+
+    Columns run, data_source, n_steps, n_repeats (total evaluations), sd, predicted_sd (pooled alike).
+    """
+    if retest.empty:
+        return pd.DataFrame(columns=["run", "data_source", "n_steps", "n_repeats", "sd", "predicted_sd"])
+    g = retest.groupby(["run", "data_source"], sort=False)
+    return pd.DataFrame({
+        "n_steps": g.size(), "n_repeats": g["n_repeats"].sum(),
+        "sd": np.sqrt(g["sd"].apply(lambda s: np.mean(s**2))),
+        "predicted_sd": np.sqrt(g["predicted_sd"].apply(lambda s: np.mean(s**2))),
+    }).reset_index()
 
 
 def per_problem_table(sweep: Sweep, checkpoint: str | int = "final") -> pd.DataFrame:

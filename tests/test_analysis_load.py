@@ -52,8 +52,12 @@ def test_missing_metrics_json(tmp_path):
     root = _sweep(tmp_path / "s")
     (root / "sc-seed1" / "metrics.json").unlink()
     with pytest.raises(SweepError) as e:
-        load_sweep(root)
+        load_sweep(root, strict=True)
     assert str(root / "sc-seed1" / "metrics.json") + ": missing" in str(e.value)
+    sweep = load_sweep(root)  # default: the partial sweep is analysed, the run listed as skipped
+    assert list(sweep.runs.index) == ["pg-seed1"]
+    assert list(sweep.skipped) == [root / "sc-seed1"]
+    assert str(root / "sc-seed1" / "metrics.json") + ": missing" in sweep.skipped[root / "sc-seed1"]
 
 
 def test_corrupt_metrics_json(tmp_path):
@@ -61,6 +65,32 @@ def test_corrupt_metrics_json(tmp_path):
     path = root / "pg-seed1" / "metrics.json"
     path.write_text(path.read_text()[:200])
     with pytest.raises(SweepError, match=r"pg-seed1/metrics.json: not valid JSON"):
+        load_sweep(root, strict=True)
+    sweep = load_sweep(root)
+    assert list(sweep.runs.index) == ["sc-seed1"]
+    assert any("not valid JSON" in v for v in sweep.skipped[root / "pg-seed1"])
+
+
+def test_partial_sweep_run_aborted_before_first_step(tmp_path):
+    root = _sweep(tmp_path / "s")
+    (root / "tis-seed1").mkdir()  # killed in the warm start: a config and a log, no metrics.json
+    (root / "tis-seed1" / "config.yaml").write_text("method: tis\n")
+    sweep = load_sweep(root)
+    assert list(sweep.runs.index) == ["pg-seed1", "sc-seed1"]
+    assert sweep.skipped == {root / "tis-seed1": [f"{root / 'tis-seed1' / 'metrics.json'}: missing"]}
+    with pytest.raises(SweepError, match="tis-seed1/metrics.json: missing"):
+        load_sweep(root, strict=True)
+    # a val-file violation in a run with a valid metrics.json is still an error, strict or not
+    (root / "pg-seed1" / "val" / "step_000010.jsonl").unlink()
+    with pytest.raises(SweepError, match="pg-seed1/val/step_000010.jsonl: missing"):
+        load_sweep(root)
+
+
+def test_every_run_skipped_is_an_error(tmp_path):
+    root = _sweep(tmp_path / "s")
+    for run in ("pg-seed1", "sc-seed1"):
+        (root / run / "metrics.json").unlink()
+    with pytest.raises(SweepError, match="no run folder has a valid metrics.json"):
         load_sweep(root)
 
 
@@ -111,7 +141,8 @@ def test_contract_violation_blocks_the_table(tmp_path):
     del data["train"][4]
     path.write_text(json.dumps(data))
     with pytest.raises(SweepError, match=r"pg-seed1/metrics.json: train: missing steps \[5\]"):
-        load_sweep(root)
+        load_sweep(root, strict=True)
+    assert any("train: missing steps [5]" in v for v in load_sweep(root).skipped[root / "pg-seed1"])
 
 
 def test_no_evaluation_yet(tmp_path):

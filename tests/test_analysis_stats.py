@@ -19,7 +19,6 @@ from analysis.stats import (
     set_summaries,
     sign_flip_pvalue,
     stratified_weights,
-    t_quantile_975,
 )
 
 
@@ -165,9 +164,3 @@ def test_backward_moving_average_skips_nulls_and_counts_steps_not_rows():
     assert np.allclose(ma.to_numpy(), [2.0, 3.0, 10.0])
     all_null = backward_moving_average(pd.Series([np.nan, np.nan], index=[1, 2]))
     assert all_null.isna().all()
-
-
-def test_t_quantile():
-    assert t_quantile_975(1) == 12.706 and t_quantile_975(2) == 4.303
-    assert t_quantile_975(60) == pytest.approx(2.000, abs=1e-3)
-    assert t_quantile_975(1000) == pytest.approx(1.962, abs=1e-3)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.load import load_sweep
 from analysis.stats import Resampler, pass_at_k, sign_flip_pvalue
@@ -133,15 +134,23 @@ def test_seed_aggregates_and_per_method_curves(tmp_path):
     sweep = load_sweep(build_sweep(tmp_path / "s", methods=("pg", "sc"), seeds=(1, 2), total_steps=20,
                                    eval_every=10, sets={"a": 5, "b": 4}, k=2, running={"sc-seed2": 10}))
     comp = comparison_table(sweep, resampler=Resampler(n_boot=200))
-    agg = seed_aggregate_table(comp)
+    agg = seed_aggregate_table(sweep)
     assert set(agg["run"]) == {"pg (mean of 2 seeds)", "sc (mean of 2 seeds)"}
+    cps = checkpoint_steps(sweep).set_index(["run", "checkpoint"])["step"]
     for (method, ds, cp), g in comp.groupby(["method", "data_source", "checkpoint"]):
         r = _row(agg, method=method, data_source=ds, checkpoint=cp)
         values = g["mean_at_k"].to_numpy()
         assert r["mean_at_k"] == pytest.approx(values.mean())
-        assert r["se"] == pytest.approx(values.std(ddof=1) / math.sqrt(2))
-        assert r["ci_high"] - r["mean_at_k"] == pytest.approx(12.706 * r["se"])
-        assert pd.isna(r["seed"])
+        assert r["n_seeds"] == 2 and r["interval"] == "two-level t (seeds and problems)" and pd.isna(r["seed"])
+        if ds == "a":  # the two-level se by hand: seed part + truncated problem part (analysis.seeds)
+            y = np.stack([sweep.correct.loc[(run, cps[(run, cp)])]["a"].to_numpy() / 2 for run in g["run"]])
+            resid = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+            ms = (resid**2).sum() / (1 * 4)
+            v_seed = y.mean(1).var(ddof=1) / 2
+            v_prob = max(0.0, y.mean(0).var(ddof=1) - ms / 2) / 5
+            assert r["se"] == pytest.approx(math.sqrt(v_seed + v_prob))
+            df = (v_seed + v_prob) ** 2 / (v_seed**2 / 1 + v_prob**2 / 4)
+            assert r["ci_high"] - r["mean_at_k"] == pytest.approx(stats.t.ppf(0.975, df) * r["se"])
     sc_final = _row(agg, method="sc", data_source="avg", checkpoint="final")
     assert pd.isna(sc_final["step"])  # seeds at different final steps (20 and 10)
     curves = eval_curves_table(sweep, Resampler(n_boot=200), by="method")
