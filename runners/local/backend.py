@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.local.checkpoint import load_latest, save_checkpoint
-from runners.local.evaluate import evaluate, val_file
+from runners.local.evaluate import eval_repeats, evaluate, val_file
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler, check_sampler_config
 from runners.local.task import ArithmeticTask, prompt_token_ids
@@ -47,6 +47,7 @@ def validate(cfg: DictConfig) -> None:
         )
     if cfg.eval.top_p != 1.0:
         raise ValueError(f"eval.top_p={cfg.eval.top_p}: the local sampler supports only eval.top_p=1.0")
+    eval_repeats(cfg)  # eval.repeats: an integer >= 1
     if not (isinstance(b.threads, int) and b.threads >= 1):
         raise ValueError(f"backend.threads must be an integer >= 1, got {b.threads!r}")
     if b.device not in ("cpu", "cuda"):

@@ -4,6 +4,12 @@ Like verl's validation, it samples through the rollout engine (the trainer's cur
 passed through the sampler's numerics mismatch) at ``eval.temperature``. Its random stream is
 seeded by (run seed, step), so evaluating never perturbs the training stream and a resumed run
 evaluates a step exactly as an uninterrupted one would.
+
+``eval.repeats`` = R >= 1 (default 1): the same checkpoint is evaluated R times. Repeat 0 is
+``val/step_NNNNNN.jsonl`` with the stream above (so R = 1 is the run without repeats, byte for
+byte) and alone feeds ``metrics.json``; repeat r >= 1 is ``val/repeat_RR/step_NNNNNN.jsonl``
+(run contract, ``analysis.contract``) with a stream seeded by ``SeedSequence([seed, step, r])``.
+The analysis turns the repeats into a test-retest band (``analysis.tables.retest_table``).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -19,14 +26,31 @@ from runners.local.task import ArithmeticTask, prompt_token_ids
 from runners.run_record import atomic_write_text
 
 
-def val_file(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "val" / f"step_{step:06d}.jsonl"
+def val_file(run_dir: Path, step: int, repeat: int = 0) -> Path:
+    """``val/step_NNNNNN.jsonl`` (repeat 0) or ``val/repeat_RR/step_NNNNNN.jsonl`` (repeat r >= 1)."""
+    name = f"step_{step:06d}.jsonl"
+    return Path(run_dir) / "val" / (name if repeat == 0 else f"repeat_{repeat:02d}/{name}")
 
 
-def evaluate(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int, run_dir: Path) -> dict:
-    """Write ``val/step_NNNNNN.jsonl`` and return the step's val metrics (contract names)."""
+def eval_repeats(cfg: DictConfig) -> int:
+    """``eval.repeats`` (default 1); raises ValueError naming the key unless an integer >= 1."""
+    r = cfg.eval.get("repeats", 1)
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise ValueError(f"eval.repeats must be an integer >= 1 (evaluations of each checkpoint), got {r!r}")
+    return r
+
+
+def eval_generator(seed: int, step: int, repeat: int) -> torch.Generator:
+    """The sampling stream of one evaluation: repeat 0 as before repeats existed, others independent."""
+    if repeat == 0:
+        return torch.Generator().manual_seed(int(seed) * 1_000_003 + step)
+    state = np.random.SeedSequence([int(seed), int(step), int(repeat)]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
+def _evaluate_once(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int,
+                   generator: torch.Generator) -> tuple[list[str], dict]:
     n = int(cfg.eval.n)
-    generator = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + step)
     tok = sampler.tokenizer
     cap = int(cfg.rollout.max_response_length)
     lines, metrics = [], {"step": step}
@@ -48,7 +72,17 @@ def evaluate(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int,
         metrics[f"val-core/{data_source}/acc/mean@{n}"] = sum(accs) / len(accs)
         metrics[f"val-aux/{data_source}/response_length/mean"] = sum(lengths) / len(lengths)
         metrics[f"val-aux/{data_source}/truncation_ratio"] = sum(truncs) / len(truncs)
-    path = val_file(run_dir, step)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    return lines, metrics
+
+
+def evaluate(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int, run_dir: Path) -> dict:
+    """Write the step's val file(s), one per repeat, and return repeat 0's val metrics (contract names)."""
+    metrics: dict = {}
+    for repeat in range(eval_repeats(cfg)):
+        lines, m = _evaluate_once(sampler, task, cfg, step, eval_generator(cfg.seed, step, repeat))
+        path = val_file(run_dir, step, repeat)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        if repeat == 0:
+            metrics = m
     return metrics
