@@ -24,7 +24,7 @@ Adding an arm: one function decorated with :func:`arm` here, and one ``conf/meth
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -47,15 +47,29 @@ def arm(name: str) -> Callable:
 
 
 def tis_cap(config: Any) -> float:
-    """The TIS cap: ``config.policy_loss.rollout_correction.rollout_is_threshold`` as a float > 0."""
-    try:
-        raw = config.policy_loss.rollout_correction.rollout_is_threshold
-    except AttributeError as err:
+    """The TIS cap: ``config.policy_loss.rollout_correction.rollout_is_threshold`` as a float > 0.
+
+    ``policy_loss`` is verl's ``PolicyLossConfig``; its ``rollout_correction`` has no dataclass
+    behind it on the actor side, so after verl's ``omega_conf_to_dataclass`` it arrives as a plain
+    mapping (a ``RolloutCorrectionConfig`` where a caller built one by hand). Both are read.
+    """
+    correction = _field(_field(config, "policy_loss"), "rollout_correction")
+    raw = _field(correction, "rollout_is_threshold")
+    if raw is None:
         raise ValueError(
             "TIS arms read the cap from actor config policy_loss.rollout_correction.rollout_is_threshold, "
             "which is missing"
-        ) from err
+        )
     return parse_tis_cap(raw)
+
+
+def _field(node: Any, key: str) -> Any:
+    """``node[key]`` for a mapping, ``node.key`` for an object; None where absent."""
+    if node is None:
+        return None
+    if isinstance(node, Mapping):
+        return node.get(key)
+    return getattr(node, key, None)
 
 
 def parse_tis_cap(raw: Any) -> float:

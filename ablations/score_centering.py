@@ -1,4 +1,4 @@
-"""Score-centering head math (``shared/docs/score_centering.md``).
+"""Score-centering head math (the derivation is in ``docs/score_centering.md``).
 
 Two pieces:
 
@@ -10,17 +10,14 @@ Two pieces:
       SC:      C = sum_{v in H} sg(q(v) - rho p(v)) log p(v)
       SC+TIS:  C = sum_{v in H} sg(min(p(v), c q(v)) - min(1, c rho) p(v)) log p(v)
 
-  with ``rho = (1 - Q) / (1 - P)`` (tail masses floored at ``eps``), ``alpha = 0`` when the
-  trainer has no tail left (``1 - P <= eps``). Gradient flows only through the trainer's head
-  log-probs; every sampler quantity, ``p`` inside the coefficients and ``rho`` are detached.
+  with ``rho = (1 - Q) / (1 - P)`` (both tail masses floored at ``eps``, as verl 8718ca30 does).
+  Gradient flows only through the trainer's head log-probs; every sampler quantity, ``p`` inside
+  the coefficients and ``rho`` are detached.
 """
 
 from __future__ import annotations
 
 import torch
-
-#: Sampler head masses may exceed 1 by this much through rounding; more is a caller error.
-HEAD_MASS_TOLERANCE = 1e-4
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -105,17 +102,28 @@ def centering_term(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token score-centering correction ``C_t`` and the head masses.
 
+    ``C = sum_{v in H} sg(q(v) f(p(v)/q(v)) - alpha p(v)) log p(v)`` with ``f = 1`` (SC) or
+    ``f(r) = min(r, c)`` (SC+TIS: ``q f(p/q) = min(p, c q)``), ``alpha = rho f(1/rho)`` and
+    ``rho = max(1 - Q, eps) / max(1 - P, eps)``.
+
+    Edge cases follow verl 8718ca30 (``score_centering_correction``), so both paths give the same
+    gradient everywhere: both tail masses are floored at ``eps`` and nothing else is special-cased.
+    Where the head covers the whole vocabulary, ``sum_{v in H} p(v) grad log p(v) = 0``, so
+    ``alpha`` (however ill-conditioned) drops out of the gradient, which is then the exact
+    full-vocabulary centering; only the *value* of ``C`` is not meaningful there. A rounded
+    ``Q > 1`` floors the sampler tail at ``eps`` (no error), as in verl.
+
     Args:
         train_head_log_probs: ``(..., k)`` trainer log-probs ``log p(v)`` at the sampler's head
             ids (full-vocabulary normalised; gradient flows through these).
         sampler_head_log_probs: ``(..., k)`` sampler log-probs ``log q(v)`` at the same ids
             (full-vocabulary normalised; ``-inf`` entries carry zero mass; detached).
         is_cap: ``None`` for SC; the TIS cap ``c`` (2.0 in the reference) for SC+TIS.
-        eps: floor of both tail masses when forming ``rho``; ``1 - P <= eps`` sets ``alpha = 0``.
+        eps: floor of both tail masses when forming ``rho``.
 
     Returns:
-        ``(C, Q, P)``, each of shape ``(...)``: the correction (differentiable), the sampler's
-        head mass and the trainer's head mass (both detached).
+        ``(C, Q, P)``, each of shape ``(...)``: the correction (differentiable, fp32 or fp64 even
+        under autocast), the sampler's head mass and the trainer's head mass (both detached).
     """
     if train_head_log_probs.shape != sampler_head_log_probs.shape:
         raise ValueError(
@@ -130,20 +138,15 @@ def centering_term(
         p = log_p.detach().exp()
         sampler_mass = q.sum(dim=-1)
         train_mass = p.sum(dim=-1)
-        if sampler_mass.numel() and float(sampler_mass.max()) > 1.0 + HEAD_MASS_TOLERANCE:
-            raise ValueError(
-                f"sampler head mass {float(sampler_mass.max()):.6f} exceeds 1: sampler head log-probs "
-                "must be normalised over the full vocabulary, not over the head"
-            )
-        train_tail = 1.0 - train_mass
-        rho = (1.0 - sampler_mass).clamp_min(eps) / train_tail.clamp_min(eps)
+        rho = (1.0 - sampler_mass).clamp_min(eps) / (1.0 - train_mass).clamp_min(eps)
         if is_cap is None:
             coef = q  # head coefficient q(v); q is not needed afterwards, so it is updated in place
             alpha = rho
         else:
-            coef = torch.minimum(p, q.mul_(is_cap))  # min(p, c q)
-            alpha = torch.clamp(is_cap * rho, max=1.0)
-        alpha = torch.where(train_tail <= eps, torch.zeros_like(alpha), alpha)
+            coef = torch.minimum(p, q.mul_(is_cap))  # q min(p/q, c) = min(p, c q)
+            alpha = torch.clamp(is_cap * rho, max=1.0)  # rho min(1/rho, c)
         coef.addcmul_(p, alpha.unsqueeze(-1), value=-1.0)  # coef - alpha p
-    correction = torch.linalg.vecdot(coef, log_p, dim=-1)  # sum_v coef(v) log p(v), one fused pass
-    return correction, sampler_mass.clamp(max=1.0), train_mass
+    # An elementwise product and a sum: neither is on autocast's lower-precision list (a fused
+    # vecdot/matmul is, and verl's engine runs this inside autocast), so C stays in log_p's dtype.
+    correction = (coef * log_p).sum(dim=-1)
+    return correction, sampler_mass, train_mass

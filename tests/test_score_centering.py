@@ -1,4 +1,4 @@
-"""The properties of ``shared/docs/score_centering.md`` (1-7), on small exact examples."""
+"""The properties of ``docs/score_centering.md`` (1-7), on small exact examples."""
 
 from __future__ import annotations
 
@@ -230,21 +230,62 @@ def test_masked_positions_get_zero_gradient_and_neg_inf_heads_stay_finite(arm, a
 
 # -- numerics of centering_term ---------------------------------------------------------------
 def test_head_mass_rounding_and_errors():
-    log_p = torch.log(torch.tensor([[0.5, 0.3]]))
-    slightly_over = torch.log(torch.tensor([[0.60003, 0.40003]]))  # Q = 1 + 6e-5: rounding, allowed
-    c, q_mass, _ = centering_term(log_p, slightly_over)
-    assert torch.isfinite(c).all() and float(q_mass) == 1.0
-    with pytest.raises(ValueError, match="normalised over the full vocabulary"):
-        centering_term(log_p, torch.log(torch.tensor([[0.7, 0.4]])))
+    """A rounded Q > 1 floors the sampler tail at eps (verl 8718ca30 does the same; no error)."""
+    log_p = torch.log(torch.tensor([[0.5, 0.3]], dtype=torch.float64))
+    for over in ([0.60003, 0.40003], [0.7, 0.4]):
+        log_q = torch.log(torch.tensor([over], dtype=torch.float64))
+        c, q_mass, p_mass = centering_term(log_p, log_q)
+        rho = 1e-6 / (1 - 0.8)
+        expected = ((log_q.exp() - rho * log_p.exp()) * log_p).sum()
+        assert float(q_mass) == pytest.approx(sum(over), abs=1e-12) and float(p_mass) == pytest.approx(0.8)
+        assert float(c) == pytest.approx(float(expected), abs=1e-12)
     with pytest.raises(ValueError, match="differ in shape"):
         centering_term(log_p, log_p[:, :1])
     with pytest.raises(ValueError, match="is_cap"):
         centering_term(log_p, log_p, is_cap=0.0)
 
 
-def test_no_trainer_tail_uses_alpha_zero():
-    """k >= V: 1 - P <= eps, so alpha = 0 and C = sum_v sg(q) log p exactly."""
-    log_p = torch.log_softmax(torch.tensor([[1.0, 2.0, 0.5]], dtype=torch.float64), -1)
-    log_q = torch.log_softmax(torch.tensor([[0.0, 1.0, 2.0]], dtype=torch.float64), -1)
-    c, _, _ = centering_term(log_p, log_q)
-    assert float(c) == pytest.approx(float((log_q.exp() * log_p).sum()), abs=1e-12)
+def _verl_rule_correction(log_p: torch.Tensor, log_q: torch.Tensor, cap: float | None, eps: float = 1e-6):
+    """verl 8718ca30's rule, written out independently: rho from both tails floored at eps."""
+    p, q = log_p.detach().exp(), log_q.exp()
+    f = (lambda r: torch.ones_like(r)) if cap is None else (lambda r: r.clamp(max=cap))
+    rho = (1 - q.sum(-1)).clamp_min(eps) / (1 - p.sum(-1)).clamp_min(eps)
+    coef = q * f(p / q) - (rho * f(1 / rho)).unsqueeze(-1) * p
+    return (coef * log_p).sum(-1)
+
+
+@pytest.mark.parametrize("cap", [None, 2.0])
+def test_no_trainer_tail_follows_verls_rule_without_a_jump(cap):
+    """Trainer tail around eps, sampler tail 0.43: the project equals verl's rule on both sides of
+    the threshold, value and gradient, and the gradient moves continuously across it."""
+    grads = []
+    for train_tail in (6.4e-7, 0.9e-6, 1.1e-6):
+        head = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64) * (1 - train_tail)
+        z = torch.log(head).requires_grad_(True)
+        log_q = torch.log(torch.tensor([0.3, 0.17, 0.1], dtype=torch.float64))  # Q = 0.57
+        c, _, _ = centering_term(z, log_q, is_cap=cap)
+        c.sum().backward()
+        z_ref = torch.log(head).requires_grad_(True)
+        ref = _verl_rule_correction(z_ref, log_q, cap)
+        ref.sum().backward()
+        torch.testing.assert_close(c, ref, atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(z.grad, z_ref.grad, atol=1e-9, rtol=1e-12)
+        grads.append(z.grad)
+    # 0.9e-6 and 1.1e-6 straddle eps: the floored rule changes rho by at most 1.1/0.9, no jump to 0
+    ratio = (grads[2] - grads[1]).norm() / grads[1].norm()
+    assert float(ratio) < 0.25
+
+
+def test_correction_stays_fp32_under_autocast():
+    """verl runs the logits processor inside autocast: C must not be computed in bf16."""
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(64, 300, generator=gen) * 3
+    ids = torch.randperm(300, generator=gen)[:128].expand(64, 128)
+    log_p = torch.log_softmax(logits, -1).gather(-1, ids)
+    log_q = torch.log_softmax(logits + 0.5 * torch.randn(64, 300, generator=gen), -1).gather(-1, ids)
+    for cap in (None, 2.0):
+        plain, _, _ = centering_term(log_p, log_q, is_cap=cap)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            cast, _, _ = centering_term(log_p, log_q, is_cap=cap)
+        assert cast.dtype == torch.float32
+        torch.testing.assert_close(cast, plain, atol=0, rtol=0)
