@@ -167,10 +167,11 @@ def reference_settings(data_dir: Path, run_dir: Path) -> list[tuple[str, str, ob
 
 
 PER_ARM = {
-    # arm: (loss_mode, rollout_is, threshold, score centering)
-    "pg": ("ablation_pg", None, None, False),
+    # arm: (loss_mode, rollout_is, threshold, score centering); the threshold is written on both
+    # sides for every arm (verl 8718ca30 compares the blocks key by key), verl's default without TIS
+    "pg": ("ablation_pg", None, 2.0, False),
     "tis": ("ablation_tis", "token", 2.0, False),
-    "sc": ("ablation_sc", None, None, True),
+    "sc": ("ablation_sc", None, 2.0, True),
     "sc_tis": ("ablation_sc_tis", "token", 2.0, True),
 }
 ACT_RC = "actor_rollout_ref.actor.policy_loss.rollout_correction"
@@ -193,7 +194,7 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     assert got["actor_rollout_ref.actor.policy_loss.loss_mode"] == loss_mode
     for side in (ALG_RC, ACT_RC):
         assert got[f"{side}.rollout_is"] == rollout_is
-        assert got.get(f"{side}.rollout_is_threshold") == threshold
+        assert got[f"{side}.rollout_is_threshold"] == threshold
     if sc:  # SC top-128 head from vLLM, verl's slot on at both ends
         assert got["actor_rollout_ref.rollout.topk_log_probs"] == 128
         assert got[f"{ALG_RC}.score_centering"] is True
@@ -281,7 +282,13 @@ def test_newer_keys_are_checked_against_the_table(tmp_path):
         "topk_log_probs": with_change(
             "actor_rollout_ref.rollout.topk_log_probs", "++actor_rollout_ref.rollout.topk_log_probs=0"
         ),
-        "must equal": with_change(f"{ACT_RC}.rollout_is_threshold", f"++{ACT_RC}.rollout_is_threshold=3.0"),
+        "rollout_is_threshold \\(3.0\\) to match": with_change(
+            f"{ACT_RC}.rollout_is_threshold", f"++{ACT_RC}.rollout_is_threshold=3.0"
+        ),
+        # the actor side left without the key (what the project wrote before): verl fills no default
+        "rollout_is_threshold \\(None\\) to match": [
+            o for o in good if ovr.parse(o)[0] != f"{ACT_RC}.rollout_is_threshold"
+        ],
         "both": with_change(f"{ACT_RC}.score_centering", f"++{ACT_RC}.score_centering=False"),
         "top_p": with_change("actor_rollout_ref.rollout.top_p", "actor_rollout_ref.rollout.top_p=0.9"),
         "sc_correction": with_change(
@@ -480,7 +487,7 @@ def test_processor_rejects_what_the_project_cannot_compute(actor_config):
 
 
 def fake_verl_modules():
-    """Stand-ins shaped like verl 8718ca30's score_centering.py and utils/config.py (see sc_seam)."""
+    """A stand-in shaped like verl 8718ca30's score_centering.py (see sc_seam)."""
     sc = types.ModuleType("fake_verl_score_centering")
     exec(
         textwrap.dedent(
@@ -497,25 +504,13 @@ def fake_verl_modules():
         ),
         sc.__dict__,
     )
-    cfg_mod = types.ModuleType("fake_verl_config")
-
-    def _validate_score_centering_config(config):
-        rc = config.actor_rollout_ref.actor.policy_loss.rollout_correction
-        if not rc.score_centering:
-            return
-        if config.actor_rollout_ref.actor.policy_loss.loss_mode != "bypass_mode":
-            raise ValueError("score centering requires loss_mode=bypass_mode")
-        if config.actor_rollout_ref.rollout.topk_log_probs <= 0:
-            raise ValueError("score centering requires topk_log_probs > 0")
-
-    cfg_mod._validate_score_centering_config = _validate_score_centering_config
-    return sc, cfg_mod
+    return sc
 
 
 def test_install_routes_verls_loss_to_the_project_processor(actor_config):
-    sc, cfg_mod = fake_verl_modules()
-    sc_seam.install(sc, cfg_mod)
-    sc_seam.install(sc, cfg_mod)  # idempotent
+    sc = fake_verl_modules()
+    sc_seam.install(sc)
+    sc_seam.install(sc)  # idempotent
     assert sc_seam.installed(sc)
     data = packed_batch([4], 3, 9)
     logits = torch.randn(1, 4, 9)
@@ -524,42 +519,16 @@ def test_install_routes_verls_loss_to_the_project_processor(actor_config):
     torch.testing.assert_close(out["sc_correction"], want["sc_correction"])
     assert sc.score_centering_ppo_loss(actor_config("ablation_sc")) == "ppo_loss"
 
-    def verl_cfg(loss_mode: str, topk: int = 128):
-        return OmegaConf.create(
-            {
-                "actor_rollout_ref": {
-                    "actor": {
-                        "policy_loss": {
-                            "loss_mode": loss_mode,
-                            "rollout_correction": {"score_centering": True},
-                        }
-                    },
-                    "rollout": {"topk_log_probs": topk},
-                }
-            }
-        )
-
-    cfg_mod._validate_score_centering_config(verl_cfg("ablation_sc"))  # a project SC loss stands in
-    cfg_mod._validate_score_centering_config(verl_cfg("bypass_mode"))
-    with pytest.raises(ValueError, match="bypass_mode"):
-        cfg_mod._validate_score_centering_config(verl_cfg("ablation_tis"))  # no sc_correction parameter
-    with pytest.raises(ValueError, match="topk_log_probs"):
-        cfg_mod._validate_score_centering_config(verl_cfg("ablation_sc", topk=0))  # other checks still run
-    original = verl_cfg("ablation_sc")
-    cfg_mod._validate_score_centering_config(original)
-    assert (
-        original.actor_rollout_ref.actor.policy_loss.loss_mode == "ablation_sc"
-    )  # caller's config untouched
 
 
 def test_install_refuses_a_changed_seam():
-    sc, cfg_mod = fake_verl_modules()
+    sc = fake_verl_modules()
     sc.score_centering_ppo_loss = lambda config, **kw: "inlined"  # no longer calls the processor by name
     with pytest.raises(sc_support.ScoreCenteringUnsupported, match="seam changed"):
-        sc_seam.install(sc, cfg_mod)
+        sc_seam.install(sc)
     del sc.score_centering_logits_processor
     with pytest.raises(sc_support.ScoreCenteringUnsupported, match="lacks"):
-        sc_seam.install(sc, cfg_mod)
+        sc_seam.install(sc)
 
 
 @pytest.mark.skipif(sc_support.supported(), reason="the installed verl supports score centering")
@@ -596,6 +565,12 @@ def test_slurm_launcher_config_composes(tmp_path):
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (1, 8, 1)
     assert launcher.array_parallelism >= len(ARMS) and launcher.max_num_timeout > 0
     assert launcher.additional_parameters.exclusive is True
+
+
+def test_default_threshold_is_verls():
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+
+    assert RolloutCorrectionConfig().rollout_is_threshold == ovr.VERL_DEFAULT_IS_THRESHOLD
 
 
 def test_checks_module_lists_match_verl():

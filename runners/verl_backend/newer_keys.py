@@ -183,16 +183,14 @@ def score_centering_problems(cfg: DictConfig) -> list[str]:
         )
     if bool(_get(cfg, f"{alg_rc}.rollout_is_batch_normalize", False)):
         problems.append(f"score centering needs {alg_rc}.rollout_is_batch_normalize=False")
-    defaults = {
-        "bypass_mode": False,
-        "loss_type": "ppo_clip",
-        "rollout_is": None,
-        "rollout_is_threshold": 2.0,
-    }
-    for name, default in defaults.items():
-        a, b = _get(cfg, f"{act_rc}.{name}", default), _get(cfg, f"{alg_rc}.{name}", default)
+    # verl 8718ca30 compares the two blocks key by key as written (no defaults filled in): a key set
+    # on one side only is a mismatch there, so it is one here too.
+    for name in ("bypass_mode", "loss_type", "rollout_is", "rollout_is_threshold"):
+        a, b = _get(cfg, f"{act_rc}.{name}"), _get(cfg, f"{alg_rc}.{name}")
         if a != b:
-            problems.append(f"{act_rc}.{name} ({a!r}) must equal {alg_rc}.{name} ({b!r})")
+            problems.append(
+                f"score centering requires {act_rc}.{name} ({a!r}) to match {alg_rc}.{name} ({b!r})"
+            )
     if rollout_is == "token":
         threshold = _get(cfg, f"{alg_rc}.rollout_is_threshold", 2.0)
         try:

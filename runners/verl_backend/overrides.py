@@ -121,17 +121,21 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     }
 
 
+#: verl's own default of ``rollout_correction.rollout_is_threshold`` (``RolloutCorrectionConfig``;
+#: a test holds it equal to the installed verl's). Written on both sides for arms without TIS, because
+#: verl 8718ca30's score-centering check compares the two blocks key by key with no defaults.
+VERL_DEFAULT_IS_THRESHOLD = 2.0
+
+
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
-    """The rollout-correction block, identical on the driver and the actor side."""
+    """The rollout-correction block, identical on the driver and the actor side, every key explicit."""
     cap = cfg.method.tis_cap
-    block: dict[str, Any] = {
+    return {
         "bypass_mode": True,
         "loss_type": "reinforce",
         "rollout_is": "token" if cap is not None else None,
+        "rollout_is_threshold": float(cap) if cap is not None else VERL_DEFAULT_IS_THRESHOLD,
     }
-    if cap is not None:
-        block["rollout_is_threshold"] = float(cap)
-    return block
 
 
 def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:

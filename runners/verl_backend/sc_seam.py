@@ -21,9 +21,13 @@ How verl (commit 8718ca30, PR #8010) computes the correction, read from its file
   passes it as ``sc_correction=`` to the registered policy loss (``policy_loss.loss_mode``), and
   logs the two head masses as ``actor/sc_sampler_head_mass`` / ``actor/sc_train_head_mass``.
 * ``verl/utils/config.py::_validate_score_centering_config`` (called by ``validate_config`` in the
-  driver before Ray starts) insists on ``loss_mode=bypass_mode``, verl's own loss.
+  driver before Ray starts) checks both rollout-correction blocks key by key (no defaults filled)
+  but not the loss mode: any registered policy loss that accepts ``sc_correction`` may train.
+  (Earlier revisions of the PR insisted on ``loss_mode=bypass_mode``; 8718ca30 does not.)
 
-What :func:`install` does, in every verl process (it runs at ``import verl`` through
+So at 8718ca30 an SC arm trains with: verl's ``score_centering_ppo_loss`` as the engine's loss
+*dispatcher*, the project's correction in the logits-processor slot (below), and the project's
+registered arm as the policy loss. What :func:`install` does, in every verl process (it runs at ``import verl`` through
 ``VERL_USE_EXTERNAL_MODULES=runners.verl_backend.sc_hook``, which the launcher sets for the driver
 and, via Ray's runtime_env, for every actor):
 
@@ -33,8 +37,6 @@ and, via Ray's runtime_env, for every actor):
    ``score_centering_ppo_loss`` looks the name up at call time, so the engine's logits processor
    is now the project's; verl's gather and correction never run. ``sc_correction`` therefore *is*
    the project's C, and the loss that trains is the project's registered arm.
-2. wraps the config check so that a project loss that takes ``sc_correction`` is accepted where
-   verl expects ``bypass_mode``; every other score-centering check still runs.
 
 Before patching, :func:`install` verifies the seam (the module, both names, and that
 ``score_centering_ppo_loss`` really refers to ``score_centering_logits_processor`` by name) and
@@ -45,8 +47,6 @@ time, so it is importable on verl 0.9.1 (where :func:`install` raises the clear 
 
 from __future__ import annotations
 
-import copy
-import functools
 import importlib
 import math
 from typing import Any
@@ -153,31 +153,6 @@ def project_logits_processor(
 setattr(project_logits_processor, MARK, True)
 
 
-def loss_takes_sc_correction(loss_mode: str) -> bool:
-    from runners.verl_backend.newer_keys import loss_takes_sc_correction as takes
-
-    return takes(loss_mode)
-
-
-def _accepting_project_losses(original):
-    """verl's score-centering config check, with project SC losses standing in for ``bypass_mode``."""
-
-    @functools.wraps(original)
-    def check(config):
-        from omegaconf import OmegaConf, open_dict
-
-        key = "actor_rollout_ref.actor.policy_loss.loss_mode"
-        loss_mode = OmegaConf.select(config, key)
-        if loss_mode not in (None, "bypass_mode") and loss_takes_sc_correction(str(loss_mode)):
-            config = copy.deepcopy(config)
-            with open_dict(config):
-                OmegaConf.update(config, key, "bypass_mode")
-        return original(config)
-
-    setattr(check, MARK, True)
-    return check
-
-
 def verify_seam(module: Any) -> None:
     """Raise unless ``module`` has the shape described in this module's docstring."""
     missing = [name for name in sc_support.SEAM_NAMES if not hasattr(module, name)]
@@ -195,22 +170,18 @@ def verify_seam(module: Any) -> None:
         )
 
 
-def install(module: Any | None = None, config_module: Any | None = None) -> None:
+def install(module: Any | None = None) -> None:
     """Install the project's correction at the seam (idempotent). See the module docstring.
 
-    Without arguments, patches the installed verl (``verl.trainer.ppo.score_centering`` and
-    ``verl.utils.config``); tests pass stand-in modules instead.
+    Without an argument, patches the installed verl's ``verl.trainer.ppo.score_centering``; tests
+    pass a stand-in module instead.
     """
     if module is None:
         sc_support.require("installing the project's score-centering correction")
         module = importlib.import_module(sc_support.SEAM_MODULE)
-        config_module = importlib.import_module("verl.utils.config")
     verify_seam(module)
     if not getattr(module.score_centering_logits_processor, MARK, False):
         module.score_centering_logits_processor = project_logits_processor
-    original = getattr(config_module, "_validate_score_centering_config", None)
-    if original is not None and not getattr(original, MARK, False):
-        config_module._validate_score_centering_config = _accepting_project_losses(original)
 
 
 def installed(module: Any | None = None) -> bool:
