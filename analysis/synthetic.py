@@ -22,6 +22,7 @@ from analysis.contract import (
     VAL_DIR,
     is_sc_arm,
     is_tis_arm,
+    repeat_dir_name,
     required_train_metrics,
     val_file_name,
     val_metric_names,
@@ -109,6 +110,7 @@ def write_run(
     status: str = "finished",
     train_rows: Sequence[Mapping[str, float]] | None = None,
     rng_seed: int = 0,
+    repeat_evals: Mapping[int, Sequence[Mapping[str, np.ndarray]]] | None = None,
 ) -> Path:
     """Write a complete run directory (config.yaml, metrics.json, val/*.jsonl).
 
@@ -116,7 +118,8 @@ def write_run(
     ``step``. ``problems[ds]`` names the rows (default :func:`problem_ids`). Train rows 1..last_step
     are ``train_rows`` if given, else :func:`synthetic_train_row`. ``last_step`` defaults to
     ``total_steps`` (itself default: the last evaluated step); ``status`` is the run's status
-    ("running" leaves the attempt open).
+    ("running" leaves the attempt open). ``repeat_evals[step]`` lists the correctness matrices of
+    repeated evaluations 1, 2, ... of that step (``val/repeat_RR/``; the contract's repeat files).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -143,6 +146,8 @@ def write_run(
             raise ValueError(f"evaluation at step {step} beyond last_step {last_step}")
         metrics = write_val_file(run_dir / VAL_DIR / val_file_name(step), evals[step], problems, rng)
         record.add_val({"step": step, **metrics})
+        for r, acc in enumerate((repeat_evals or {}).get(step, ()), start=1):
+            write_val_file(run_dir / VAL_DIR / repeat_dir_name(r) / val_file_name(step), acc, problems, rng)
     if status == "running":
         record.save()
     else:

@@ -63,3 +63,22 @@ def test_per_problem_matrix(sweep):
     assert np.nanmin(image) >= 0 and np.nanmax(image) <= 1
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels[0] == "pg-seed1 @ step 30" and labels[-1] == "sc-seed2 @ step 10 [running]"
+
+
+def test_eval_curves_draw_the_test_retest_band(tmp_path):
+    from analysis.synthetic import counts_to_acc, write_run
+
+    evals = {s: {"a": counts_to_acc([0, 1, 2, 2], 2)} for s in (0, 5, 10)}
+    reps = {s: [{"a": counts_to_acc(c, 2)} for c in ([1, 1, 2, 2], [0, 0, 2, 1])] for s in (0, 10)}
+    write_run(tmp_path / "s" / "pg-seed1", method="pg", seed=1, evals=evals, total_steps=10, repeat_evals=reps)
+    write_run(tmp_path / "s" / "sc-seed1", method="sc", seed=1, evals=evals, total_steps=10)
+    sweep = load_sweep(tmp_path / "s")
+    fig = plots.eval_curves(sweep, Resampler(n_boot=100))
+    ax = fig.axes[0]
+    hatched = [c for c in ax.collections if c.get_hatch()]
+    assert [c.get_label() for c in hatched] == ["pg-seed1: test-retest ±1.96 sd"]  # only the run with repeats
+    from analysis.tables import retest_band, retest_table
+    sd = retest_band(retest_table(sweep)).set_index(["run", "data_source"]).at[("pg-seed1", "a"), "sd"]
+    ys = hatched[0].get_paths()[0].vertices[:, 1]
+    mean = 5 / 8  # mean@2 of the repeat-0 curve at every step
+    assert ys.max() == pytest.approx(mean + 1.96 * sd) and ys.min() == pytest.approx(mean - 1.96 * sd)

@@ -136,6 +136,12 @@ def test_multi_seed_report(tmp_path):
     md = report.files["comparison.md"].read_text()
     assert "Bold rows aggregate the seeds" in md and "Every method has a single seed" not in md
     assert "**pg (mean of 2 seeds)**" in md
+    # per comparison: seeds, method, whether the between-seed variance entered
+    assert "| a − b | set | seeds a / b | diff | 95% CI | p | problems | method | between-seed variance | verdict |" in md
+    assert "| pg − sc | avg | 2 / 2 |" in md and "| t | yes |" in md and "| no | single seed" not in md
+    p = report.paired
+    assert p["seed_variance"].all() and (p["test"] == "two-level t (seeds and problems)").all()
+    assert (p["seeds_a"] == 2).all() and (p["df"] > 0).all() and (p["significant"] == (p["p_value"] < 0.05)).all()
     csv = report.files["comparison.csv"].read_text()
     assert "\npg,1,pg-seed1,a,final,20,2,6," in csv  # integers stay integers beside the aggregates' blanks
     assert "\npg,,pg (mean of 2 seeds),a,final,20,2,6," in csv
@@ -166,3 +172,23 @@ def test_failed_run_is_marked(tmp_path):
     md = report.files["comparison.md"].read_text()
     assert "sc-seed1 ‡" in md and "Failed: sc-seed1" in md
     assert report.comparison.query("run == 'sc-seed1' and checkpoint == 'final'")["step"].tolist() == [0, 0]
+
+
+def test_mixed_seeds_and_repeats_in_the_report(tmp_path):
+    from analysis.synthetic import counts_to_acc, write_run
+
+    root = build_sweep(tmp_path / "s", methods=("pg", "sc"), seeds=(1, 2), total_steps=10, eval_every=10,
+                       sets={"a": 4}, k=2)
+    evals = {s: {"a": counts_to_acc([0, 1, 2, 2], 2)} for s in (0, 10)}
+    write_run(root / "tis-seed1", method="tis", seed=1, evals=evals, total_steps=10,
+              repeat_evals={10: [{"a": counts_to_acc([1, 1, 2, 2], 2)}]})
+    report = write_report(root, n_boot=200)
+    p = report.paired.set_index(["method_a", "method_b", "data_source", "checkpoint"])
+    assert bool(p.at[("pg", "sc", "avg", "final"), "seed_variance"])
+    single = p.loc[("pg", "tis", "avg", "final")]
+    assert single["test"] == "single seed: between-seed variance not estimated" and not single["significant"]
+    assert (single["seeds_a"], single["seeds_b"]) == (2, 1) and np.isnan(single["df"])
+    assert "retest.csv" in report.files and (root / "report" / "retest.csv").exists()
+    md = report.files["comparison.md"].read_text()
+    assert "## Test-retest noise" in md and "| tis-seed1 | a | 1 | 2 |" in md
+    assert "| 2 / 1 |" in md and "| bootstrap | no | single seed: between-seed variance not estimated |" in md

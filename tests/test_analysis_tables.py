@@ -170,3 +170,31 @@ def test_explicit_checkpoint_step_and_per_problem(known):
     pp = per_problem_table(known, "final")
     assert pp.loc["sc-seed1", ("alpha", "alpha-01")] == 0.75
     assert pp.shape == (2, 7)
+
+
+def test_retest_table_from_repeated_evaluations(tmp_path):
+    from analysis.synthetic import counts_to_acc, write_run
+    from analysis.tables import RETEST_COLUMNS, retest_band, retest_table
+
+    k = 4
+    main = {"a": [0, 2, 4], "b": [1, 3]}
+    reps = [{"a": [1, 2, 4], "b": [1, 1]}, {"a": [0, 3, 4], "b": [2, 3]}]
+    acc = lambda c: {ds: counts_to_acc(v, k) for ds, v in c.items()}  # noqa: E731
+    write_run(tmp_path / "s" / "pg-seed1", method="pg", seed=1, evals={0: acc(main), 10: acc(main)},
+              total_steps=10, repeat_evals={10: [acc(r) for r in reps]})
+    sweep = load_sweep(tmp_path / "s")
+    assert sweep.repeats == 3
+    assert sweep.correct.loc[("pg-seed1", 10)].tolist() == [0, 2, 4, 1, 3]  # statistics read repeat 0
+    rt = retest_table(sweep)
+    assert list(rt.columns) == RETEST_COLUMNS and set(rt["step"]) == {10}  # step 0 has no repeats
+    a = _row(rt, data_source="a")
+    evals = [np.mean(c["a"]) / k for c in (main, *reps)]  # mean@k of each evaluation: 0.5, 7/12, 7/12
+    assert a["n_repeats"] == 3 and a["mean_at_k"] == pytest.approx(np.mean(evals))
+    assert a["sd"] == pytest.approx(np.std(evals, ddof=1))
+    xbar = np.array([1, 7, 12]) / 3 / k  # per-problem means over the three evaluations
+    assert a["predicted_sd"] == pytest.approx(math.sqrt((xbar * (1 - xbar) / (k - 1)).sum()) / 3)
+    avg = _row(rt, data_source="avg")
+    b = _row(rt, data_source="b")
+    assert avg["predicted_sd"] == pytest.approx(math.sqrt(a["predicted_sd"] ** 2 + b["predicted_sd"] ** 2) / 2)
+    band = retest_band(rt).set_index(["run", "data_source"])
+    assert band.at[("pg-seed1", "a"), "sd"] == pytest.approx(a["sd"]) and band.at[("pg-seed1", "a"), "n_repeats"] == 3

@@ -259,3 +259,21 @@ def test_numpy_written_values_are_checked(tmp_path):
     evals = {0: {"a": np.ones((2, 3), dtype=int)}, 2: {"a": np.zeros((2, 3), dtype=int)}}
     d = write_run(tmp_path / "pg-seed0", method="pg", seed=0, evals=evals, total_steps=2)
     assert check_run_dir(d) == []
+
+
+def test_repeated_evaluations_old_and_new_layouts(run_dir):
+    assert check_run_dir(run_dir) == []  # no repeat folders: the layout before repeats
+    rep = run_dir / "val" / "repeat_01"
+    rep.mkdir()
+    (rep / "step_000003.jsonl").write_text((run_dir / "val" / "step_000003.jsonl").read_text())
+    (rep / "step_000099.jsonl").write_text("not json\n")  # no val row for step 99: ignored like a main file
+    assert check_run_dir(run_dir) == []
+    lines = (run_dir / "val" / "step_000006.jsonl").read_text().splitlines()
+    (rep / "step_000006.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # a problem lost
+    _one(check_run_dir(run_dir), "repeat_01/step_000006.jsonl", "problems differ", "lacks [b/b-01]")
+    (rep / "step_000006.jsonl").unlink()
+    (run_dir / "val" / "repeat_00").mkdir()
+    (rep / "notes.txt").write_text("x")
+    violations = check_run_dir(run_dir)
+    _one(violations, "val/repeat_00", "expected repeat_RR with RR >= 01")
+    _one(violations, "repeat_01/notes.txt", "unexpected file name")
