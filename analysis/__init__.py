@@ -3,9 +3,11 @@
 One topic per module; importing this package imports none of them (the contract checker stays light):
 
 - :mod:`analysis.contract` — ``check_run_dir(run_dir) -> list[str]``, ``python -m analysis.contract``
-- :mod:`analysis.load` — ``load_sweep(sweep_dir) -> Sweep`` (pandas frames; raises ``SweepError``)
-- :mod:`analysis.stats` — mean@k, standard errors, bootstrap, sign-flip test, pass@k, moving average
-- :mod:`analysis.tables` — comparison, seed aggregates, paired, pass@k, curve and per-problem tables
+- :mod:`analysis.load` — ``load_sweep(sweep_dir, strict=False) -> Sweep``: the tidy table of correct counts
+  per (run, step, repeat, set, problem) that everything else reads (raises ``SweepError``)
+- :mod:`analysis.stats` — problem-level mean@k, standard errors, bootstrap, sign-flip test, pass@k, moving average
+- :mod:`analysis.seeds` — two-level (seeds and problems) intervals and tests for methods with >= 2 seeds
+- :mod:`analysis.tables` — comparison, seed aggregates, paired, pass@k, curve, test-retest and per-problem tables
 - :mod:`analysis.plots` — eval_curves, train_curves, per_problem figures
 - :mod:`analysis.report` — ``build_report`` / ``write_report``; ``python -m analysis SWEEP_DIR``
 - :mod:`analysis.synthetic` — synthetic run directories for tests, the benchmark and demos

@@ -98,6 +98,13 @@ class Sweep:
         return pd.MultiIndex.from_tuples([(ds, p) for ds in self.sets for p in self.problems[ds]],
                                          names=["data_source", "problem_id"])
 
+    @cached_property
+    def avg_scores(self) -> pd.Series:
+        """``avg`` mean@k (mean of the sets' mean@k) of every (run, step), from :attr:`correct`."""
+        x = self.correct.to_numpy(dtype=float) / self.k
+        avg = np.mean([x[:, sl].mean(axis=1) for sl in self.set_slices], axis=0)
+        return pd.Series(avg, index=self.correct.index, name="avg")
+
     @property
     def repeats(self) -> int:
         """Largest number of evaluations of one checkpoint in the sweep (1 = no repeats)."""

@@ -75,9 +75,8 @@ def set_sizes(sweep: Sweep) -> list[int]:
 
 def avg_curve(sweep: Sweep, run: str) -> pd.Series:
     """``avg`` mean@k (mean of the sets' mean@k) of ``run`` at each evaluated step."""
-    steps, x = sweep.scores(run)
-    means = np.stack([x[:, sl].mean(axis=1) for sl in sweep.set_slices])
-    return pd.Series(means.mean(axis=0), index=pd.Index(steps, name="step"), name=run)
+    curve = sweep.avg_scores.loc[run]
+    return pd.Series(curve.to_numpy(), index=pd.Index(curve.index.to_numpy(), name="step"), name=run)
 
 
 def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best")) -> pd.DataFrame:
