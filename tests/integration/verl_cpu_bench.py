@@ -1,0 +1,379 @@
+"""verl's own actor worker on a CPU: the test bench of the verl backend (one arm per process).
+
+``python tests/integration/verl_cpu_bench.py <arm> <report.json>`` does, in a fresh process, what
+the V1 ``separate_async`` trainer does for one ``update_actor`` call, through verl's code:
+
+1. composes the arm's config with the project's launcher code (``runners.verl_backend.launch.build_spec``:
+   the same override list the dry run writes) for ``+experiment=qwen3_4b_sc_repro method=<arm>``, with
+   :data:`CPU_OVERRIDES` appended (a tiny local model instead of Qwen3-4B, and what a CPU needs);
+2. runs ``verl.trainer.main_ppo.main`` (verl's Hydra main: ``auto_set_device``, ``validate_config``)
+   up to ``run_ppo``, which is replaced by a function that keeps the config;
+3. builds ``DetachActorWorker(config.actor_rollout_ref, role="actor")`` (the worker class the
+   separate_async trainer uses), ``init_model()`` (config conversion, loss selection, FSDP2 engine,
+   AdamW), then one ``update_actor`` on a mini-batch in the V1 agent loop's TransferQueue layout
+   (``list_of_dict_to_tensordict`` of per-sample dicts, GRPO advantages from verl's function,
+   ``old_log_probs`` = the sampler's log-probs as in bypass mode, the trainer's ``extra_info``);
+4. writes a JSON report: the loss function the worker resolved, the engine's metrics, an independent
+   fp32 reference of the loss from plain forwards, and how much the parameters moved.
+
+The CPU shims (all here, nothing patched inside verl):
+
+* :class:`PlatformCPU`, registered through verl's own ``PlatformRegistry`` as ``cpu`` and selected
+  with ``VERL_PLATFORM=cpu``: device ``cpu``, communication backend ``gloo``, memory queries 0;
+* ``VERL_ENGINE_DEVICE=cuda``: verl registers its FSDP engine for cuda/npu device names only;
+* the default process group (gloo, world size 1) is created before the worker, because verl's own
+  initialiser asks for ``cpu:gloo,<device>:<backend>``, a duplicate on a CPU;
+* ``checkpoint_engine.backend=naive`` (nccl needs cupy), ``attn_implementation=sdpa`` (no
+  flash-attn), no ``torch.compile``, and fp32 mixed precision so the engine can be compared with
+  the reference to float32 rounding (bf16 agrees to about 0.1%).
+
+Sampler: the model's logits plus fixed Gaussian noise per position (:data:`SAMPLER_NOISE`), so
+``p(a)/q(a)`` spreads well past the TIS cap and the top-k head misses real mass. For SC arms the
+sampler's top-k ids and log-probs are laid over each sequence as verl 8718ca30's rollout delivers
+them (``score_centering.pad_rollout_topk``: response token r at row ``prompt_length - 1 + r``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLER_NOISE = 1.0  # sd of the Gaussian noise added to the sampler's logits
+VOCAB = 300  # > top_k = 128: the proportional-tail model is exercised
+SEED = 0
+
+CPU_OVERRIDES = (
+    "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
+    "actor_rollout_ref.actor.use_torch_compile=False",
+    "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+)
+
+
+def _environment() -> None:
+    os.environ.setdefault("VERL_PLATFORM", "cpu")
+    os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        os.environ.setdefault(key, value)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ.setdefault("MASTER_PORT", str(s.getsockname()[1]))
+
+
+def register_cpu_platform() -> None:
+    """Register :class:`PlatformCPU` in verl's ``PlatformRegistry`` (before verl resolves its platform)."""
+    import torch
+    from verl.plugin.platform import PlatformBase, PlatformRegistry
+
+    class CpuDeviceModule(types.ModuleType):
+        """``torch.cpu`` plus the accelerator queries verl makes (memory 0, name ``CPU``)."""
+
+        def __getattr__(self, name: str):
+            if hasattr(torch.cpu, name):
+                return getattr(torch.cpu, name)
+            if name == "get_device_name":
+                return lambda *a, **k: "CPU"
+            if name == "mem_get_info":
+                return lambda *a, **k: (0, 0)
+            if name.startswith(("memory_", "max_memory", "reset_", "empty_cache")):
+                return lambda *a, **k: 0
+            raise AttributeError(name)
+
+    module = CpuDeviceModule("verl_cpu_device")
+
+    @PlatformRegistry.register(platform="cpu")
+    class PlatformCPU(PlatformBase):
+        device_name = property(lambda self: "cpu")
+        vendor_name = property(lambda self: "cpu")
+        device_module = property(lambda self: module)
+
+        def is_available(self): return True
+        def is_platform_available(self, use_smi_check=False): return True
+        def current_device(self): return torch.device("cpu")  # verl passes it to .to() / torch.device()
+        def device_count(self): return 1
+        def set_device(self, device_index): pass
+        def synchronize(self, device_index=None): pass
+        def manual_seed(self, seed): torch.manual_seed(seed)
+        def manual_seed_all(self, seed): torch.manual_seed(seed)
+        def set_allocator_settings(self, settings): pass
+        def empty_cache(self): pass
+        def get_device_capability(self, device_index=0): return None, None
+        def communication_backend_name(self): return "gloo"
+        def visible_devices_envvar(self): return "CUDA_VISIBLE_DEVICES"
+        @contextlib.contextmanager
+        def nvtx_range(self, msg): yield
+        def profiler_start(self): pass
+        def profiler_stop(self): pass
+        def ray_resource_name(self): return "CPU"
+        def ray_noset_envvars(self): return []
+        def is_ipc_supported(self): return False
+        def cudart(self): return None
+
+
+def tiny_model(out: Path):
+    """A 2-layer Qwen3 from a config, saved with the project's character tokenizer."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from runners.local.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    config = Qwen3Config(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=128, max_position_embeddings=128, tie_word_embeddings=True, initializer_range=0.2,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(SEED)
+    model = Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return model
+
+
+def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], object]:
+    """The launcher's override list for the reference experiment's arm, plus the CPU swaps."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from runners.verl_backend import launch
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "+experiment=qwen3_4b_sc_repro", f"method={arm}",
+            f"results_root={tmp / 'results'}", f"data.dir={tmp / 'data'}",
+        ])
+    OmegaConf.resolve(cfg)
+    spec = launch.build_spec(cfg, Path(cfg.results_root) / cfg.sweep / cfg.run_name)
+    return [*spec.overrides, f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES], cfg
+
+
+def driver_config(overrides: list[str]):
+    """verl's Hydra main (device, ``validate_config``) up to ``run_ppo``; returns the config it got."""
+    from verl.trainer import main_ppo
+
+    from runners.verl_backend import newer_keys
+    from runners.verl_backend.dry_run import compose_verl
+
+    native, _ = newer_keys.split(overrides)  # keys only newer verl has are composed only where they exist
+    composed = compose_verl(native)
+    captured = {}
+    real = main_ppo.run_ppo
+    main_ppo.run_ppo = lambda config, task_runner_class: captured.update(config=config, runner=task_runner_class)
+    try:
+        main_ppo.main.__wrapped__(composed)
+    finally:
+        main_ppo.run_ppo = real
+    runner = captured["runner"]
+    return captured["config"], getattr(runner, "__ray_metadata__", None) and runner.__ray_metadata__.class_name or repr(runner)
+
+
+def mini_batch(model, cfg, project_cfg):
+    """One V1 mini-batch (TransferQueue layout) sampled from a noisy copy of ``model``; and its reference terms."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_to_nested
+
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    prompts = int(cfg.data.train_batch_size)
+    temperature = float(cfg.actor_rollout_ref.rollout.temperature)
+    score_centering = bool(project_cfg.method.score_centering)
+    k = int(project_cfg.method.top_k)
+    gen = torch.Generator().manual_seed(SEED + 1)
+    def sampler_log_probs(ids, noise):
+        """The sampler: the model's logits plus fixed Gaussian noise per position (its own numerics)."""
+        with torch.no_grad():
+            logits = model(ids.unsqueeze(0)).logits[0].float()
+            return torch.log_softmax((logits + noise[: len(ids)]) / temperature, -1)
+
+    samples, terms = [], []
+    for i in range(prompts):
+        p_len = int(torch.randint(4, 9, (1,), generator=gen))
+        prompt = torch.randint(6, VOCAB, (p_len,), generator=gen)
+        rewards = torch.randint(0, 2, (n,), generator=gen).float() * 2 - 1
+        for j in range(n):
+            r_len = int(torch.randint(2, 9, (1,), generator=gen))
+            noise = SAMPLER_NOISE * torch.randn(p_len + r_len, VOCAB, generator=gen)
+            ids = prompt.clone()
+            for _ in range(r_len):
+                next_q = sampler_log_probs(ids, noise)[-1].exp()
+                ids = torch.cat([ids, torch.multinomial(next_q, 1, generator=gen)])
+            q = sampler_log_probs(ids, noise)[p_len - 1 : p_len - 1 + r_len]
+            response = ids[p_len:]
+            sampled = q.gather(-1, response.unsqueeze(-1)).squeeze(-1)
+            rm_scores = torch.zeros(r_len)
+            rm_scores[-1] = rewards[j]
+            sample = {
+                "prompts": prompt, "responses": response, "response_mask": torch.ones(r_len, dtype=torch.int64),
+                "rollout_log_probs": sampled, "rm_scores": rm_scores, "input_ids": ids,
+                "attention_mask": torch.ones(p_len + r_len, dtype=torch.int64),
+                "position_ids": torch.arange(p_len + r_len), "loss_mask": torch.ones(r_len, dtype=torch.int64),
+                "uid": f"prompt-{i}",
+            }
+            head = q.topk(k, dim=-1)
+            if score_centering:
+                from verl.trainer.ppo.score_centering import pad_rollout_topk
+
+                sample["rollout_topk_ids"], sample["rollout_topk_log_probs"] = pad_rollout_topk(
+                    head.indices, head.values, p_len
+                )
+            samples.append(sample)
+            terms.append({"ids": ids, "p_len": p_len, "sampled": sampled, "reward": float(rewards[j]),
+                          "group": rewards, "head_ids": head.indices, "head_log_probs": head.values})
+    td = tu.list_of_dict_to_tensordict(samples)
+    # what the trainer adds before update_actor: GRPO advantages (no std) and, in bypass mode,
+    # old_log_probs = rollout_log_probs
+    padded = td.select("response_mask", "rm_scores").to_padded_tensor()
+    uids = np.array([s["uid"] for s in samples], dtype=object)
+    adv, ret = compute_grpo_outcome_advantage(
+        padded["rm_scores"], padded["response_mask"], uids,
+        norm_adv_by_std_in_grpo=bool(cfg.algorithm.norm_adv_by_std_in_grpo),
+    )
+    td["advantages"] = response_to_nested(adv, td["response_mask"])
+    td["returns"] = response_to_nested(ret, td["response_mask"])
+    td["old_log_probs"] = td.pop("rollout_log_probs")
+    actor = cfg.actor_rollout_ref.actor
+    mini = int(actor.ppo_mini_batch_size) * n
+    extra = {  # trainer_base._update_actor's extra_info
+        "calculate_entropy": bool(actor.calculate_entropy) or float(actor.entropy_coeff) != 0.0,
+        "distillation_use_topk": False, "distillation_only": False,
+        "global_batch_size": mini, "mini_batch_size": mini, "epochs": int(actor.ppo_epochs),
+        "seed": int(actor.data_loader_seed), "dataloader_kwargs": {"shuffle": bool(actor.shuffle)},
+        "temperature": temperature,
+    }
+    if score_centering:
+        extra["score_centering"] = True
+    for key, value in extra.items():
+        tu.assign_non_tensor_data(tensor_dict=td, key=key, val=value)
+    return td, terms
+
+
+def reference_loss(model, terms, project_cfg, temperature: float) -> dict[str, float]:
+    """The arm's token-mean loss from plain fp32 forwards of the initial model (independent of ablations/)."""
+    import torch
+
+    cap = project_cfg.method.tis_cap
+    f = (lambda r: torch.ones_like(r)) if cap is None else (lambda r: r.clamp(max=float(cap)))
+    total, tokens, clipped = 0.0, 0, 0
+    with torch.no_grad():
+        for t in terms:
+            ids, p_len, sampled = t["ids"], t["p_len"], t["sampled"]
+            r_len = len(sampled)
+            logp = torch.log_softmax(model(ids.unsqueeze(0)).logits[0].float() / temperature, -1)
+            logp = logp[p_len - 1 : p_len - 1 + r_len]
+            log_pa = logp.gather(-1, ids[p_len:].unsqueeze(-1)).squeeze(-1)
+            ratio = torch.exp(log_pa - sampled)
+            weight = f(ratio)
+            clipped += int((ratio > (cap or math.inf)).sum())
+            correction = torch.zeros(r_len)
+            if project_cfg.method.score_centering:  # full-vocabulary formula on q_hat (head q, tail rho p)
+                q_head = t["head_log_probs"].exp()
+                p_all = logp.exp()
+                p_head = p_all.gather(-1, t["head_ids"])
+                rho = (1 - q_head.sum(-1)).clamp_min(1e-6) / (1 - p_head.sum(-1)).clamp_min(1e-6)
+                q_hat = rho.unsqueeze(-1) * p_all
+                q_hat.scatter_(-1, t["head_ids"], q_head)
+                correction = (q_hat * f(p_all / q_hat) * logp).sum(-1)
+            advantage = t["reward"] - float(t["group"].mean())
+            total += float((-advantage * (weight * log_pa - correction)).sum())
+            tokens += r_len
+    return {"pg_loss": total / tokens, "tis_clip_fraction": clipped / tokens, "tokens": tokens}
+
+
+def _params(engine):
+    import torch
+
+    out = []
+    for param in engine.module.parameters():
+        local = param.to_local() if hasattr(param, "to_local") else param
+        out.append(local.detach().clone().to(torch.float32))
+    return out
+
+
+def _plain(value):
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "value") and not isinstance(value, int | float):  # verl Metric
+        value = value.value
+    if hasattr(value, "item"):
+        return float(value.item())
+    return value
+
+
+def run(arm: str, report_path: Path) -> dict:
+    start = time.time()
+    _environment()
+    register_cpu_platform()
+    import torch
+    import verl  # noqa: F401 - the project's plug-in registers the arms (entry point)
+
+    from runners.verl_backend import sc_support
+
+    report: dict = {"arm": arm, "verl_version": verl.__version__, "sc_support": sc_support.supported()}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        model = tiny_model(tmp / "model")
+        overrides, project_cfg = verl_overrides(arm, tmp, tmp / "model")
+        if project_cfg.method.score_centering:
+            from runners.verl_backend import sc_seam
+
+            sc_seam.install()  # what VERL_USE_EXTERNAL_MODULES=runners.verl_backend.sc_hook does in every verl process
+        cfg, runner = driver_config(overrides)
+        report["task_runner"] = runner
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        from verl.experimental.separation.engine_workers import DetachActorWorker
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        worker = DetachActorWorker(config=cfg.actor_rollout_ref, role="actor")
+        worker.init_model()
+        loss_fn = worker.loss_fn
+        report["loss_fn"] = getattr(getattr(loss_fn, "func", loss_fn), "__qualname__", repr(loss_fn))
+        loss_mode = worker.actor.loss_fn.keywords["config"].policy_loss.loss_mode
+        policy = get_policy_loss_fn(loss_mode)
+        report["policy_loss"] = f"{policy.__module__}.{policy.__qualname__}"
+        if project_cfg.method.score_centering:
+            import importlib
+
+            seam = importlib.import_module(sc_support.SEAM_MODULE).score_centering_logits_processor
+            report["logits_processor"] = f"{seam.__module__}.{seam.__qualname__}"
+        td, terms = mini_batch(model, cfg, project_cfg)
+        temperature = float(cfg.actor_rollout_ref.rollout.temperature)
+        report["reference"] = reference_loss(model, terms, project_cfg, temperature)
+        before = _params(worker.actor.engine)
+        calls = {"centering_term": 0}
+        import ablations.score_centering as scm
+
+        real_term = scm.centering_term
+
+        def counting(*args, **kwargs):
+            calls["centering_term"] += 1
+            return real_term(*args, **kwargs)
+
+        scm.centering_term = counting
+        output = worker.update_actor(td)
+        scm.centering_term = real_term
+        after = _params(worker.actor.engine)
+        from verl.utils import tensordict_utils as tu
+
+        metrics = {key: _plain(value) for key, value in tu.get(output, "metrics").items()}
+        report["metrics"] = metrics
+        report["project_centering_calls"] = calls["centering_term"]
+        report["param_change"] = float(sum((a - b).abs().sum() for a, b in zip(after, before, strict=True)))
+    report["seconds"] = time.time() - start
+    report_path.write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    run(sys.argv[1], Path(sys.argv[2]))
