@@ -305,11 +305,12 @@ def retest_table(sweep: Sweep) -> pd.DataFrame:
     ``predicted_sd`` the sd that sampling k responses alone predicts for one evaluation,
     ``sqrt(sum_j x_j (1 - x_j) / (k - 1)) / n`` per set (x_j = a problem's mean correctness,
     averaged over the repeats; the unbiased binomial variance), for ``avg`` the root of the mean
-    of the sets' squares over m (sets independent). Columns :data:`RETEST_COLUMNS`; empty without repeats.
+    of the sets' squares over m (sets independent); NaN for k = 1. Columns :data:`RETEST_COLUMNS`; empty
+    without repeats.
     """
     counts = sweep.counts
     multi = counts.groupby(["run", "step"])["repeat"].transform("nunique") >= 2
-    if not multi.any() or sweep.k < 2:
+    if not multi.any():
         return pd.DataFrame(columns=RETEST_COLUMNS)
     sel = counts[multi]
     rows = []
@@ -321,7 +322,8 @@ def retest_table(sweep: Sweep) -> pd.DataFrame:
             xs = x[:, sl]
             means.append(xs.mean(axis=1))
             xbar = xs.mean(axis=0)
-            preds.append(np.sqrt((xbar * (1 - xbar) / (sweep.k - 1)).sum()) / xs.shape[1])
+            var = xbar * (1 - xbar) / (sweep.k - 1) if sweep.k > 1 else np.full_like(xbar, np.nan)
+            preds.append(np.sqrt(var.sum()) / xs.shape[1])
         m = len(sweep.sets)
         entries = [*zip(sweep.sets, means, preds, strict=True),
                    (AVG, sum(means) / m, np.sqrt(sum(p**2 for p in preds)) / m)]
