@@ -6,6 +6,9 @@ train metrics, evaluations every ``eval_every`` steps) whose accuracies follow a
 problem j of a set has difficulty logit ``b_j``; at step s method m solves it with probability
 ``sigmoid(b_j + lift_m * s / total_steps)``. ``metrics.json`` is written through the project's
 own :class:`runners.run_record.RunRecord`, so the files are what a backend would write.
+:func:`two_arm_counts` draws many two-arm sweeps at once (a seed effect on the logit of each run,
+truly equal arms or a known shift) for the calibration of the seed-aware statistics, and
+:func:`write_two_arm_sweep` writes one of them as run folders.
 """
 
 from __future__ import annotations
