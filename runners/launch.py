@@ -2,22 +2,40 @@
 
 Before any compute, every job of the sweep is composed and validated (``runners.validate``), so
 a config that cannot work fails at once with a message naming the key, and nothing already in
-``results/`` is touched. Then, per job: write ``config.yaml`` into the run folder
+``results/`` is touched: an unknown group option, an unknown key added with ``+``, an unwritable
+``results_root`` or a run folder holding another run print ``config error: ...`` (no traceback)
+and exit with status 2.
+
+Then the run folders are locked (``runners.run_lock``) before anything is written, Hydra's own
+files included: when every job runs in this process (a single run, or ``-m`` with Hydra's basic
+launcher) the launcher takes the locks of all jobs of the sweep up front and holds them to the
+end; with another launcher (SLURM) each job takes its own lock when it starts. A folder locked
+by another process prints ``run folder busy: ...`` naming the holder and exits with status 3.
+
+Per job, under its lock: tidy the run folder (``runners.run_folder.prepare``: stale temporary
+files, an earlier start that completed no step), write ``config.yaml`` into it
 (``results/<sweep>/<method>-seed<seed>/``) and hand the run to the backend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
+from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from runners import run_folder, run_lock
 from runners.provenance import config_sha256
 from runners.run_record import atomic_write_text
-from runners.validate import CONF_DIR, ConfigError, backend_module, run_dir_of, validate
+from runners.validate import CONF_DIR, ConfigError, backend_module, check_override_keys, run_dir_of, validate
+
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 log = logging.getLogger("runners.launch")
 
@@ -39,32 +57,83 @@ def job_overrides(argv: list[str]) -> list[list[str]]:
     return [list(combo) for combo in itertools.product(*axes)]
 
 
-def prevalidate(argv: list[str]) -> None:
-    """Compose and validate every job before the first one starts."""
+def prevalidate(argv: list[str]) -> list[Path]:
+    """Compose and validate every job before the first one starts; return their run folders."""
     from hydra import compose, initialize_config_dir
 
+    run_dirs: dict[Path, int] = {}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        for overrides in job_overrides(argv):
+        for job, overrides in enumerate(job_overrides(argv)):
+            check_override_keys(overrides, lambda o: compose(config_name="config", overrides=o))
             cfg = compose(config_name="config", overrides=overrides)
             validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+            run_dir = run_dir_of(cfg)
+            if run_dir in run_dirs:
+                raise ConfigError(f"jobs {run_dirs[run_dir]} and {job} of this sweep would both run in {run_dir} "
+                                  f"(run_name={cfg.run_name}); give them different run_name or sweep values")
+            run_dirs[run_dir] = job
+    return list(run_dirs)
+
+
+def jobs_run_in_this_process(argv: list[str]) -> bool:
+    """True for a single run and for ``-m`` with Hydra's basic launcher (jobs one after another, here)."""
+    from hydra import compose, initialize_config_dir
+
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return True
+    hydra_overrides = [a for a in argv if "=" in a and a.lstrip("+~").startswith("hydra")]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=[*job_overrides(argv)[0], *hydra_overrides],
+                      return_hydra_config=True)
+    return OmegaConf.select(cfg, "hydra.launcher._target_") == BASIC_LAUNCHER
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    validate(cfg, config_yaml)
     run_dir = run_dir_of(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", config_yaml)
-    log.info("run %s (%s backend) in %s", cfg.run_name, cfg.backend.name, run_dir)
-    backend_module(cfg).run(cfg, run_dir, config_sha256(config_yaml))
+    with run_lock.hold(run_dir):  # already held since before Hydra wrote anything, for in-process jobs
+        kind = validate(cfg, config_yaml)  # again, under the lock: the folder may have changed since
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run_folder.prepare(run_dir, kind, config_yaml)
+        atomic_write_text(run_dir / "config.yaml", config_yaml)
+        log.info("run %s (%s backend) in %s", cfg.run_name, cfg.backend.name, run_dir)
+        backend_module(cfg).run(cfg, run_dir, config_sha256(config_yaml))
+
+
+def _short(err: BaseException) -> str:
+    """The message of a config error, without Hydra's config search path."""
+    return str(err).strip().split("\nConfig search path:")[0]
+
+
+def cli(argv: list[str]) -> int:
+    """Validate every job, lock their run folders, then run Hydra's ``main``; returns the exit status.
+
+    2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process.
+    Help and ``--cfg``-style queries go straight to Hydra.
+    """
+    if any(a in ("-h", "--help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv):
+        main()
+        return 0
+    try:
+        run_dirs = prevalidate(argv)
+        in_process = jobs_run_in_this_process(argv)
+    except (ValueError, HydraException, OmegaConfBaseException) as err:  # ConfigError is a ValueError
+        print(f"config error: {_short(err)}", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as locks:
+        try:
+            for run_dir in run_dirs:
+                if in_process:
+                    locks.enter_context(run_lock.hold(run_dir))
+                else:  # each job locks its folder in its own process; fail now if one is busy
+                    run_lock.check_free(run_dir)
+        except run_lock.RunFolderBusy as err:
+            print(f"run folder busy: {err}", file=sys.stderr)
+            return 3
+        main()
+    return 0
 
 
 if __name__ == "__main__":
-    if not any(a in ("-h", "--help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in sys.argv[1:]):
-        try:
-            prevalidate(sys.argv[1:])
-        except (ConfigError, ValueError) as err:
-            print(f"config error: {err}", file=sys.stderr)
-            sys.exit(2)
-    main()
+    sys.exit(cli(sys.argv[1:]))

@@ -3,6 +3,12 @@
 Both backends write through :class:`RunRecord`, so the file has one shape whoever ran. The file
 is replaced atomically (temporary file in the same folder, then ``os.replace``); a non-finite
 number is written as ``null`` and reported through the ``runners.run_record`` logger.
+
+Every file written through :func:`atomic_write` gets the mode a plain ``open()`` would give it
+(``0o666`` less the process umask: 0644 by default), not the temporary file's 0600. A process killed
+mid-write leaves its temporary file (``.<name>.<8 random chars>.tmp``) behind;
+:func:`remove_stale_temp_files` removes such files, and must only be called by the run folder's
+lock holder (``runners.run_lock``), since a live writer's temporary file looks the same.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,14 +35,33 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+#: The temporary files of :func:`atomic_write`: ``tempfile.mkstemp``'s 8 random characters.
+_TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[IO], Any], binary: bool = False) -> None:
     """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``.
 
-    A process killed at any moment leaves either the old file or the new one, never a part.
+    A process killed at any moment leaves either the old file or the new one, never a part. The
+    file's mode is ``0o666 & ~umask``, as for a file created with ``open()``.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
             f.flush()
@@ -49,6 +75,21 @@ def atomic_write(path: Path, write: Callable[[IO], Any], binary: bool = False) -
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(text))
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Delete the temporary files interrupted :func:`atomic_write` calls left in ``folder``; return them.
+
+    Only the folder itself is searched (not its subfolders). Call it only while holding the run
+    folder's lock: a live writer's temporary file has the same form.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    stale = sorted(p for p in folder.iterdir() if p.is_file() and _TEMP_NAME.match(p.name))
+    for p in stale:
+        p.unlink()
+    return stale
 
 
 def clean_metrics(row: dict[str, Any], *, context: str) -> dict[str, Any]:
@@ -95,7 +136,8 @@ class RunRecord:
             data = json.loads(path.read_text())
             if data.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
-            data["run"]["total_steps"] = total_steps
+            data["run"]["total_steps"] = total_steps  # raised when the run is extended
+            data["run"]["config_sha256"] = config_sha256  # the config.yaml the run now has
             data["run"]["versions"] = versions
             return cls(path, data)
         data = {
@@ -123,11 +165,16 @@ class RunRecord:
 
         Rows after the checkpoint the attempt resumes from were produced by a killed attempt
         whose model state is lost; the new attempt recomputes them, so each step appears once.
+        An earlier attempt still open died without closing itself: it is closed as ``killed``,
+        ``ended`` = the time of its last completed step (``last_step_at``; its start when it
+        completed none) and ``end_step`` = that step.
         """
+        last_recorded = self.last_step
         self.truncate_after(start_step)
         for attempt in self.data["run"]["attempts"]:
-            if attempt["ended"] is None:  # the previous attempt died without closing itself
-                attempt["ended"] = utc_now()
+            if attempt["ended"] is None:
+                attempt["ended"] = attempt.get("last_step_at") or attempt["started"]
+                attempt["end_step"] = max(last_recorded, attempt["start_step"])
                 attempt["status"] = "killed"
         self.data["run"]["attempts"].append(
             {"started": utc_now(), "ended": None, "start_step": start_step, "end_step": None, "status": "running"}
@@ -161,6 +208,9 @@ class RunRecord:
             raise ValueError(f"train step {step} does not follow step {self.last_step}")
         self.data["train"].append(clean_metrics(row, context=f"train step {step}"))
         self.data["run"]["last_step"] = step
+        attempts = self.data["run"]["attempts"]
+        if attempts and attempts[-1]["ended"] is None:
+            attempts[-1]["last_step_at"] = utc_now()  # what a killed attempt's `ended` becomes
 
     def add_val(self, row: dict[str, Any]) -> None:
         """Add an evaluation; a step evaluated again (a later attempt) replaces the earlier row."""

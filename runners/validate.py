@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -10,6 +13,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Keys that may change between attempts of one run without making it a different run.
 RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run"})
 LOSS_AGG_MODES = ("token-mean",)
+#: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
+OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 
 
 class ConfigError(ValueError):
@@ -83,30 +88,64 @@ def check_common(cfg: DictConfig) -> None:
         raise ConfigError(f"rollout.top_p={cfg.rollout.top_p}: must be in (0, 1]")
 
 
-def _flatten(d: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(d, dict):
-        out: dict[str, object] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: d}
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    """Every key path of a container (``trainer``, ``trainer.lr``, ``data.eval_sets.0.size``, ...)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if items is None:
+        return [prefix[:-1]]
+    return [*([prefix[:-1]] if prefix else []), *(k for key, v in items for k in _leaf_keys(v, f"{prefix}{key}."))]
 
 
-def check_existing_config(run_dir: Path, config_yaml: str) -> None:
-    """An existing run folder must hold the same config (apart from resume-insensitive keys)."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        return
-    old = _flatten(OmegaConf.to_container(OmegaConf.load(path)))
-    new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
-    differ = sorted(k for k in old.keys() | new.keys()
-                    if k not in RESUME_INSENSITIVE_KEYS and old.get(k, "<absent>") != new.get(k, "<absent>"))
-    if differ:
-        shown = "; ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in differ[:8])
-        raise ConfigError(
-            f"{run_dir} holds a run with a different config ({shown}{'; ...' if len(differ) > 8 else ''}). "
-            "Use another sweep name (sweep=NAME) or move that folder away; nothing was changed."
-        )
+def check_override_keys(overrides: list[str], compose: Callable[[list[str]], DictConfig]) -> None:
+    """Reject a command-line value key that is not a key of the config, naming it and the closest keys.
+
+    ``compose(overrides)`` composes the config. Group selections (``method=sc``, ``+experiment=NAME``:
+    a folder under ``conf/``) are options, checked by Hydra. The keys of the config composed with only
+    those selections (the base, experiments included) are the known keys. A value key passes when it
+    is known (``++`` then overrides it) or is one of ``OPTIONAL_KEYS``; a key added with ``+``/``++``
+    that is neither would be silently ignored, so it is an error, as is a plain override of an unknown
+    key (Hydra's own message for that suggests adding it with ``+``).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = list(zip(OverridesParser.create().parse_overrides(overrides), overrides, strict=True))
+    is_group = [(CONF_DIR / o.key_or_group).is_dir() for o, _ in parsed]
+    known = set(_leaf_keys(OmegaConf.to_container(compose([t for (_, t), g in zip(parsed, is_group, strict=True)
+                                                            if g]))))
+    for (o, text), group in zip(parsed, is_group, strict=True):
+        key = o.key_or_group
+        if group or o.is_delete() or key in known or key in OPTIONAL_KEYS:
+            continue
+        close = difflib.get_close_matches(key, sorted(known | OPTIONAL_KEYS), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "."
+        ignored = ", so it would be ignored" if o.is_add() or o.is_force_add() else ""
+        raise ConfigError(f"{text}: {key} is not a key of this config (no config file defines it and no code "
+                          f"reads it){ignored}{hint}")
+
+
+def check_existing_config(run_dir: Path, config_yaml: str) -> str:
+    """What a launch may do with ``run_dir`` (``runners.run_folder.plan``): ``new``, ``resume``,
+    ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises."""
+    from runners.run_folder import plan
+
+    return plan(run_dir, config_yaml, RESUME_INSENSITIVE_KEYS)
+
+
+def check_results_root(run_dir: Path) -> None:
+    """The run folder and its lock file (``runners.run_lock``, in the folder's parent) can be
+    written: for each, the nearest existing ancestor is a writable folder."""
+    for target in (Path(run_dir).parent, Path(run_dir)):
+        ancestor = target
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            reason = f"{ancestor} is not a folder"
+        elif not os.access(ancestor, os.W_OK | os.X_OK):
+            reason = f"{ancestor} is not writable"
+        else:
+            continue
+        raise ConfigError(f"results_root: cannot create the run folder {run_dir}: {reason}; "
+                          "set results_root=<a writable folder>")
 
 
 def backend_module(cfg: DictConfig):
@@ -123,9 +162,13 @@ def run_dir_of(cfg: DictConfig) -> Path:
     return Path(cfg.results_root).resolve() / cfg.sweep / cfg.run_name
 
 
-def validate(cfg: DictConfig, config_yaml: str) -> None:
-    """Every check, in order; raises :class:`ConfigError` (or the backend's ValueError)."""
+def validate(cfg: DictConfig, config_yaml: str) -> str:
+    """Every check, in order; raises :class:`ConfigError` (or the backend's ValueError).
+
+    Returns what the launch may do with the run folder (:func:`check_existing_config`).
+    """
     check_common(cfg)
+    check_results_root(run_dir_of(cfg))
     check_method(cfg)
     backend_module(cfg).validate(cfg)
-    check_existing_config(run_dir_of(cfg), config_yaml)
+    return check_existing_config(run_dir_of(cfg), config_yaml)

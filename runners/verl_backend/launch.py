@@ -6,6 +6,11 @@ so running the same command again after a crash continues the run. verl's output
 attempt's ``verl.log``; a progress bar follows the ``step:N`` lines of verl's console logger; and
 ``runners.verl_backend.ingest.ingest_run`` merges verl's metric files into ``metrics.json`` every
 ``backend.ingest_interval_s`` seconds and once more when verl exits.
+
+An attempt holds the run folder's lock (``runners.run_lock``; re-entrant, so a launch from
+``runners/launch.py``, which holds it already, just keeps it): a second launch on the same folder
+fails at once naming the holder. verl inherits the locked descriptor, so the lock lasts as long as
+the verl process, even if the launcher itself is killed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from runners import run_lock
 from runners.verl_backend import layout
 from runners.verl_backend import overrides as ovr
 
@@ -129,7 +135,14 @@ class _Follower(threading.Thread):
 
 
 def launch(cfg: DictConfig, run_dir: Path) -> None:
-    """Run one attempt of this arm under verl; raise ``RuntimeError`` if verl fails."""
+    """Run one attempt of this arm under verl, holding the run folder's lock; raise ``RuntimeError``
+    if verl fails, :class:`runners.run_lock.RunFolderBusy` (before anything is written) if another
+    process holds the folder."""
+    with run_lock.hold(run_dir) as lock:
+        _attempt(cfg, run_dir, lock.fileno())
+
+
+def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     if ovr.is_score_centering(cfg):
         from runners.verl_backend import sc_support
 
@@ -151,6 +164,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
         text=True,
         bufsize=1,
         start_new_session=True,  # its own process group: an interrupt stops verl and its Ray workers
+        pass_fds=(lock_fd,),  # verl keeps the run folder locked while it lives
     )
     follower = _Follower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name)
     follower.start()

@@ -1,0 +1,130 @@
+"""What a launch may do with an existing run folder, and the tidying it does before the run.
+
+:func:`plan` (reads only; run before any compute) compares the folder with the new config:
+
+- ``new``: no ``config.yaml`` yet;
+- ``resume``: the same config, apart from ``RESUME_INSENSITIVE_KEYS``: the run continues from its
+  newest checkpoint (or is left as it is when finished);
+- ``extend``: only ``trainer.total_steps`` differs, and it is raised: the run continues from its
+  newest checkpoint to the new total, as a new attempt;
+- ``reuse_empty``: a different config, but the folder holds no completed step (no train row in
+  ``metrics.json``, no checkpoint, no verl metrics, no export): a start that died before its first
+  step, e.g. in the warm start. The run starts afresh there;
+- anything else raises :class:`~runners.validate.ConfigError` naming the keys that differ; nothing
+  is changed.
+
+:func:`prepare` (called by the launcher while it holds the folder's lock, before writing
+``config.yaml``) removes the temporary files interrupted atomic writes left in the folder, its
+``val/`` and its ``checkpoints/``, and for ``reuse_empty`` moves the earlier start's files
+(everything but ``run.log`` and Hydra's ``.hydra/``) into ``.abandoned/<UTC time>/``, so nothing
+of it is lost and nothing of it is read as part of the new run. Each action is logged.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from runners.run_record import METRICS_FILE, remove_stale_temp_files
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+EXTENSIBLE_KEY = "trainer.total_steps"
+ABANDONED_DIR = ".abandoned"
+#: Entries of a reused empty folder that stay in place: the new launch's log and Hydra's record of it.
+_KEPT = frozenset({"run.log", ".hydra", ABANDONED_DIR})
+
+
+def _flatten(d: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(d, dict):
+        out: dict[str, object] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def completed_steps_evidence(run_dir: Path) -> str | None:
+    """What shows that ``run_dir`` holds a completed step, or None when it holds none."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / METRICS_FILE
+    if metrics.exists():
+        try:
+            train = json.loads(metrics.read_text()).get("train")
+        except (ValueError, AttributeError):
+            return f"{metrics} (unreadable)"
+        if train:
+            return f"{metrics} ({len(train)} train steps)"
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.is_dir():
+        kept = [p for p in checkpoints.iterdir() if not p.name.endswith(".tmp")]
+        if kept:
+            return f"{checkpoints} ({len(kept)} entries)"
+    for logger in sorted((run_dir / "verl").glob("attempt-*/metrics.jsonl")):
+        if logger.stat().st_size > 0:
+            return f"{logger} (verl metrics)"
+    if (run_dir / "export").exists():
+        return f"{run_dir / 'export'}"
+    return None
+
+
+def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
+    """``new``, ``resume``, ``extend`` or ``reuse_empty`` (see the module docstring); else ConfigError."""
+    from runners.validate import ConfigError
+
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        return "new"
+    old = _flatten(OmegaConf.to_container(OmegaConf.load(path)))
+    new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
+    differ = sorted(k for k in old.keys() | new.keys()
+                    if k not in insensitive and old.get(k, "<absent>") != new.get(k, "<absent>"))
+    if not differ:
+        return "resume"
+    evidence = completed_steps_evidence(run_dir)
+    if evidence is None:
+        return "reuse_empty"
+    if differ == [EXTENSIBLE_KEY]:
+        before, after = old[EXTENSIBLE_KEY], new[EXTENSIBLE_KEY]
+        if isinstance(before, int) and isinstance(after, int) and after > before:
+            return "extend"
+        raise ConfigError(
+            f"{run_dir} holds a run of {EXTENSIBLE_KEY}={before!r}; {EXTENSIBLE_KEY}={after!r} would shorten "
+            f"it. A run can be extended ({EXTENSIBLE_KEY} raised), not shortened; use another sweep name "
+            "(sweep=NAME) for a shorter run. Nothing was changed."
+        )
+    shown = "; ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in differ[:8])
+    raise ConfigError(
+        f"{run_dir} holds a run with a different config ({shown}{'; ...' if len(differ) > 8 else ''}); it "
+        f"has completed steps ({evidence}). Only {EXTENSIBLE_KEY} may change (raised, to extend the run). "
+        "Use another sweep name (sweep=NAME) or move that folder away; nothing was changed."
+    )
+
+
+def prepare(run_dir: Path, kind: str, config_yaml: str) -> None:
+    """Tidy ``run_dir`` for a launch of plan ``kind`` with ``config_yaml``, before that config is
+    written; call it only while holding the folder's lock."""
+    run_dir = Path(run_dir)
+    for folder in (run_dir, run_dir / "val", run_dir / "checkpoints"):
+        for stale in remove_stale_temp_files(folder):
+            log.info("removed %s (left by a write that was interrupted)", stale)
+    if kind == "reuse_empty":
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = run_dir / ABANDONED_DIR / stamp
+        moved = sorted(p for p in run_dir.iterdir() if p.name not in _KEPT)
+        target.mkdir(parents=True)
+        for p in moved:
+            os.replace(p, target / p.name)
+        log.info("%s held a start with a different config that completed no step; reusing the folder "
+                 "(its files %s moved to %s)", run_dir, [p.name for p in moved], target)
+    elif kind == "extend":
+        before = OmegaConf.select(OmegaConf.load(run_dir / CONFIG_FILE), EXTENSIBLE_KEY)
+        after = OmegaConf.select(OmegaConf.create(config_yaml), EXTENSIBLE_KEY)
+        log.info("extending the run in %s: %s %s -> %s; it continues from its newest checkpoint as a new "
+                 "attempt", run_dir, EXTENSIBLE_KEY, before, after)
