@@ -4,7 +4,7 @@
   score centering's correction ``C_t`` is then ~0;
 * every numerics knob moves the sampler's distribution away from the trainer's by a measurable
   amount, in the expected direction (more noise / fewer mantissa bits -> larger KL(q||p));
-* staleness: the replay buffer really lets groups reach the configured staleness.
+* staleness: the replay buffer really lets groups reach the configured staleness (constant scenarios).
 
 The model is a seeded fresh init of the tiny Qwen3 with a larger init scale (sharper, less
 uniform next-token distributions than the default 0.02, so rounding errors show in the logits).
@@ -129,14 +129,13 @@ class _Counter:
                 for _ in range(count)]
 
 
-@pytest.mark.parametrize(("scenario", "staleness"), [("on_policy", 0), ("default", 4), ("stale8", 8), ("fp8_sync", 0), ("noise_large_sync", 0)])
+@pytest.mark.parametrize(("scenario", "staleness"), [("on_policy", 0), ("stale_worst", 4), ("fp8_sync", 0), ("noise_large_sync", 0)])
 def test_staleness_reaches_the_configured_bound(scenario, staleness):
+    """Constant-staleness scenarios; the default's spread over 0..4 is tested in test_staleness.py."""
     cfg = composed([f"scenario={scenario}"])
-    if scenario == "stale8":
-        assert cfg.backend.sampler.run_ahead_batches == 8
-        assert cfg.rollout.max_staleness == 8  # the scenario overrides conf/config.yaml's rollout block
     run = LocalRun.__new__(LocalRun)  # only the scheduling state: no model, no warm start
     run.cfg, run.buffer, run.credit, run.step = cfg, ReplayBuffer(cfg.rollout.max_staleness), 0.0, 0
+    run.schedule_gen = torch.Generator().manual_seed(3)
     sampler = _Counter(run, cfg.trainer.n)
     run.produce = sampler.produce
     seen = []

@@ -3,8 +3,9 @@
 Each step:
 
 1. the sampler produces prompt groups with the weights it holds — ``backend.sampler.speed``
-   batches' worth per trainer step, as long as the replay buffer has room for
-   ``run_ahead_batches`` batches beyond the one being trained (the sampler runs ahead);
+   batches' worth per trainer step on average, varying from step to step (``schedule.py``), as long
+   as the replay buffer has room for ``run_ahead_batches`` batches beyond the one being trained (the
+   sampler runs ahead);
 2. groups older than ``rollout.max_staleness`` weight versions are evicted; if fewer than a
    batch remain, the trainer waits while the sampler tops the buffer up;
 3. the trainer takes the oldest batch, takes one optimizer step with the arm's loss, and every
@@ -28,8 +29,10 @@ from tqdm import tqdm
 
 from runners.local.checkpoint import load_latest, save_checkpoint
 from runners.local.evaluate import eval_repeats, evaluate, val_file
+from runners.local.parallel import check_parallel_threads
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler, check_sampler_config
+from runners.local.schedule import check_schedule_config, staleness_histogram, throughput_factor
 from runners.local.task import ArithmeticTask, prompt_token_ids
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.run_record import RunRecord
@@ -50,6 +53,7 @@ def validate(cfg: DictConfig) -> None:
     eval_repeats(cfg)  # eval.repeats: an integer >= 1
     if not (isinstance(b.threads, int) and b.threads >= 1):
         raise ValueError(f"backend.threads must be an integer >= 1, got {b.threads!r}")
+    check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
     if b.device not in ("cpu", "cuda"):
         raise ValueError(f"backend.device={b.device!r}; allowed: cpu, cuda")
     if b.device == "cuda" and not torch.cuda.is_available():
@@ -64,6 +68,7 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError(f"backend.head_chunk_rows must be >= 1, got {b.head_chunk_rows}")
     s = b.sampler
     check_sampler_config(s)
+    check_schedule_config(s)
     if not s.speed >= 1.0:
         raise ValueError(f"backend.sampler.speed={s.speed}: must be >= 1 (batches produced per trainer step)")
     if not (isinstance(s.run_ahead_batches, int) and s.run_ahead_batches >= 0):
@@ -116,6 +121,7 @@ class LocalRun:
         self.data_gen = torch.Generator().manual_seed(cfg.seed)
         self.sample_gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.sync_gen = torch.Generator().manual_seed(cfg.seed + 2)
+        self.schedule_gen = torch.Generator().manual_seed(cfg.seed + 3)  # the sampler's throughput (schedule.py)
         self.credit = 0.0
         self.step = 0
         self.record = RunRecord.open(
@@ -133,7 +139,7 @@ class LocalRun:
             "sampler_version": self.sampler.version,
             "buffer": self.buffer.state(),
             "credit": self.credit,
-            "generators": {k: getattr(self, k).get_state() for k in ("data_gen", "sample_gen", "sync_gen")},
+            "generators": {k: getattr(self, k).get_state() for k in ("data_gen", "sample_gen", "sync_gen", "schedule_gen")},
         }
 
     def restore(self) -> None:
@@ -185,7 +191,7 @@ class LocalRun:
         per_step = self.cfg.trainer.prompts_per_step
         sampler_cfg = self.cfg.backend.sampler
         capacity = (sampler_cfg.run_ahead_batches + 1) * per_step
-        self.credit += sampler_cfg.speed * per_step
+        self.credit += sampler_cfg.speed * per_step * throughput_factor(sampler_cfg.speed_jitter, self.schedule_gen)
         produced = min(int(self.credit), max(capacity - len(self.buffer), 0))
         self.credit = min(self.credit - produced, float(per_step))  # idle sampler time is not banked
         self.buffer.push(self.produce(produced))
@@ -222,6 +228,7 @@ class LocalRun:
             **metrics,
             "training/off_policy/trajectory_staleness/mean": float(batch.staleness.mean()),
             "training/off_policy/trajectory_staleness/max": float(batch.staleness.max()),
+            **staleness_histogram(batch.staleness, cfg.rollout.max_staleness),
             "training/off_policy/evicted_samples": evicted,
             "timing_s/gen": t_gen,
             "timing_s/update_actor": t_update,

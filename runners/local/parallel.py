@@ -1,0 +1,55 @@
+"""Sweeps side by side: the thread check for jobs started by Hydra's joblib launcher (`hydra/launcher=parallel`).
+
+`conf/hydra/launcher/parallel.yaml` runs a multirun's jobs in `n_jobs` loky worker processes.
+Each job sets its own thread count from `backend.threads` (torch.set_num_threads), which is part
+of the run's config because it changes the numbers (see the README); so nothing changes it behind
+the config's back. Instead a job started by the joblib launcher refuses, before any compute, a
+`backend.threads` with `n_jobs x backend.threads` above the machine's cores, naming the key:
+
+    python runners/launch.py -m method=pg,tis,sc,sc_tis seed=1,2,3 hydra/launcher=parallel backend.threads=1
+
+Outside a Hydra job (the compose API of the tests and of the launch-time validation) there is no
+launcher to check, and :func:`check_parallel_threads` does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def joblib_n_jobs() -> int | None:
+    """`hydra.launcher.n_jobs` when this process runs a job of Hydra's joblib launcher, else None."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    launcher = HydraConfig.get().launcher
+    if "joblib" not in str(launcher.get("_target_", "")).lower():
+        return None
+    n_jobs = int(launcher.n_jobs)
+    return usable_cores() if n_jobs == -1 else n_jobs
+
+
+def check_parallel_threads(cfg: DictConfig, cores: int | None = None, n_jobs: int | None = None) -> None:
+    """Raise ValueError when `n_jobs x backend.threads` exceeds the cores (a joblib-launched job only)."""
+    n_jobs = joblib_n_jobs() if n_jobs is None else n_jobs
+    if n_jobs is None:
+        return
+    cores = usable_cores() if cores is None else cores
+    threads = int(cfg.backend.threads)
+    if n_jobs * threads > cores:
+        raise ValueError(
+            f"backend.threads={threads} x hydra.launcher.n_jobs={n_jobs} parallel jobs oversubscribes the "
+            f"{cores} cores of this machine; allowed: backend.threads <= {max(cores // n_jobs, 1)} (e.g. add "
+            "backend.threads=1) or a smaller hydra.launcher.n_jobs"
+        )
