@@ -84,13 +84,14 @@ def _grid(n: int, ncols: int) -> tuple[int, int]:
 
 
 def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.DataFrame | None = None,
-                retest: pd.DataFrame | None = None) -> Figure:
+                retest: pd.DataFrame | None = None, method_curves: pd.DataFrame | None = None) -> Figure:
     """mean@k against step, one panel per set and one for ``avg``, raw (no smoothing).
 
     One line per method with its per-point 95% band: with one seed the bootstrap over problems;
     when a method has several seeds the line is the seed-averaged per-problem scores (steps all
     its seeds evaluated) with the two-level band over seeds and problems, and each seed is also
-    drawn thin, without that band. A run with repeated evaluations (``retest``, default
+    drawn thin, without that band. ``curves``/``method_curves``: the ``by="run"``/``by="method"``
+    tables of :func:`analysis.tables.eval_curves_table` if already computed. A run with repeated evaluations (``retest``, default
     :func:`analysis.tables.retest_table`) gets a hatched test-retest band, its curve
     ``± RETEST_Z x`` the pooled test-retest sd of :func:`analysis.tables.retest_band`.
     """
@@ -98,7 +99,10 @@ def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.Dat
     band = retest_band(retest if retest is not None else retest_table(sweep)).set_index(["run", "data_source"])
     multi = any(len([r for r in sweep.runs_of(m) if r in sweep.evaluated_runs]) > 1 for m in sweep.methods)
     by_run = curves if curves is not None else eval_curves_table(sweep, resampler, by="run")
-    main = eval_curves_table(sweep, resampler, by="method") if multi else by_run
+    if multi:
+        main = method_curves if method_curves is not None else eval_curves_table(sweep, resampler, by="method")
+    else:
+        main = by_run
     labels = [*sweep.sets, AVG]
     nrows, ncols = _grid(len(labels), 3)
     fig = Figure(figsize=(5.2 * ncols, 3.9 * nrows + 0.6), layout="constrained")

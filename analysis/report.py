@@ -48,7 +48,8 @@ class Report:
     comparison: pd.DataFrame  # per-run rows followed, per method, by its seed-aggregate row
     paired: pd.DataFrame
     passk: pd.DataFrame
-    curves: pd.DataFrame
+    curves: pd.DataFrame  # eval curves per run
+    method_curves: pd.DataFrame  # eval curves per method (seed-averaged, two-level bands with >= 2 seeds)
     retest: pd.DataFrame  # repeated evaluations of one checkpoint (empty without repeats)
     n_boot: int
     seed: int
@@ -105,7 +106,8 @@ def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | in
     return Report(
         sweep=sweep, checkpoints=cps, comparison=comp,
         paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
-        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"), retest=retest_table(sweep),
+        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"),
+        method_curves=eval_curves_table(sweep, resampler, by="method"), retest=retest_table(sweep),
         n_boot=n_boot, seed=seed,
     )
 
@@ -130,7 +132,7 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
     if figures:
         resampler = Resampler(n_boot=n_boot, seed=seed)
         files["eval_curves.png"] = plots.save(plots.eval_curves(report.sweep, resampler, report.curves,
-                                                                report.retest),
+                                                                report.retest, report.method_curves),
                                               out / "eval_curves.png")
         files["train_curves.png"] = plots.save(plots.train_curves(report.sweep), out / "train_curves.png")
         files["per_problem.png"] = plots.save(plots.per_problem(report.sweep, "final"), out / "per_problem.png")
