@@ -92,7 +92,7 @@ def reference_settings(data_dir: Path, run_dir: Path) -> list[tuple[str, str, ob
         ("model", "actor_rollout_ref.model.path", "Qwen/Qwen3-4B"),
         ("model: thinking mode", "data.apply_chat_template_kwargs.enable_thinking", True),
         ("model: FSDP2", "actor_rollout_ref.actor.strategy", "fsdp2"),
-        ("model: bf16", "actor_rollout_ref.actor.fsdp_config.dtype", "bfloat16"),
+        ("model: bf16 (FSDP compute dtype)", "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype", "bfloat16"),
         ("model: full-parameter (no LoRA)", "actor_rollout_ref.model.lora_rank", None),
         ("hardware: 1 node", "trainer.nnodes", 1),
         ("hardware: 4 GPUs train", "trainer.n_gpus_per_node", 4),

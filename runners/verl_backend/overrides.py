@@ -196,7 +196,9 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.model.enable_gradient_checkpointing", bool(actor.gradient_checkpointing))
     put("actor_rollout_ref.model.use_fused_kernels", False)  # the head gather needs the full logits
     put("actor_rollout_ref.actor.strategy", actor.strategy)
-    put("actor_rollout_ref.actor.fsdp_config.dtype", actor.dtype)
+    # verl's FSDP engine takes its compute dtype from mixed_precision.param_dtype (bf16 when unset);
+    # fsdp_config.dtype is read by the Megatron engine only
+    put("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype", actor.dtype, add=True)
     put("actor_rollout_ref.actor.fsdp_config.seed", int(cfg.seed))
     put("actor_rollout_ref.actor.use_torch_compile", bool(actor.use_torch_compile))
     put("actor_rollout_ref.actor.optim.optimizer", "AdamW")

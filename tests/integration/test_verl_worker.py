@@ -131,7 +131,6 @@ def test_sc_arms_stop_before_compute_on_this_verl(arm, tmp_path):
     from hydra import compose, initialize_config_dir
 
     from runners import verl_backend
-
     from runners.verl_backend import overrides as ovr
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

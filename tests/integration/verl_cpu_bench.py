@@ -24,8 +24,9 @@ The CPU shims (all here, nothing patched inside verl):
 * the default process group (gloo, world size 1) is created before the worker, because verl's own
   initialiser asks for ``cpu:gloo,<device>:<backend>``, a duplicate on a CPU;
 * ``checkpoint_engine.backend=naive`` (nccl needs cupy), ``attn_implementation=sdpa`` (no
-  flash-attn), no ``torch.compile``, and fp32 mixed precision so the engine can be compared with
-  the reference to float32 rounding (bf16 agrees to about 0.1%).
+  flash-attn), no ``torch.compile``; and ``backend.actor.dtype=float32`` (the project's knob for
+  the engine's compute dtype) so the engine can be compared with the reference to float32
+  rounding (bf16 agrees to about 0.1%).
 
 Sampler: the model's logits plus fixed Gaussian noise per position (:data:`SAMPLER_NOISE`), so
 ``p(a)/q(a)`` spreads well past the TIS cap and the top-k head misses real mass. For SC arms the
@@ -55,8 +56,9 @@ CPU_OVERRIDES = (
     "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
     "actor_rollout_ref.actor.use_torch_compile=False",
-    "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
 )
+#: Project-level swaps: fp32 compute so the engine can be compared with the reference to rounding.
+CPU_PROJECT_OVERRIDES = ("backend.actor.dtype=float32",)
 
 
 def _environment() -> None:
@@ -149,7 +151,7 @@ def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], obj
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
             "+experiment=qwen3_4b_sc_repro", f"method={arm}",
-            f"results_root={tmp / 'results'}", f"data.dir={tmp / 'data'}",
+            f"results_root={tmp / 'results'}", f"data.dir={tmp / 'data'}", *CPU_PROJECT_OVERRIDES,
         ])
     OmegaConf.resolve(cfg)
     spec = launch.build_spec(cfg, Path(cfg.results_root) / cfg.sweep / cfg.run_name)
