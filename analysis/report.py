@@ -225,7 +225,7 @@ def _seed_note(sweep: Sweep) -> str:
     single = [m for m, n in counts.items() if n == 1]
     text = ("Bold rows aggregate the seeds of a method: mean over seeds, the standard deviation of the "
             "seeds' mean@k (sd), and in brackets the 95% two-level t interval that counts both the seeds and "
-            "the problems (se from the spread of the seeds plus the problem part, t with seeds−1 df; "
+            "the problems (se from the spread of the seeds plus the problem part, t with Satterthwaite df; "
             "docs/statistics.md). " + ", ".join(f"{m}: {n} seeds" for m, n in multi.items()) + ".")
     if single:
         text += f" Single seed: {', '.join(single)} (interval over problems only)."

@@ -147,7 +147,7 @@ def seed_aggregate_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("fina
 
     ``mean_at_k`` = mean of the seeds' mean@k; ``se``, ``ci_low``/``ci_high`` = the two-level
     standard error and 95% t interval of :func:`analysis.seeds.mean_two_level` (seed part + problem
-    part, df = seeds - 1); ``step`` is the seeds' common step or NaN; ``seed`` is NaN and ``run``
+    part, Satterthwaite df); ``step`` is the seeds' common step or NaN; ``seed`` is NaN and ``run``
     names the aggregate (:func:`aggregate_label`).
     """
     labels, sizes = set_labels(sweep), set_sizes(sweep)

@@ -2,7 +2,8 @@
 
 Each sweep: two arms x S seeds, one set of 30 problems x 8 samples, solve rates Beta(0.6, 0.9),
 a seed effect on the logit of each run (:func:`analysis.synthetic.two_arm_counts`); a fresh
-problem set per sweep. For every cell (seeds 1, 3, 5 x two seed-effect sizes) it measures, over
+problem set per sweep. For every cell (seeds per arm 1, 2, 3, 5, 10 and 3 vs 5, x two seed-effect
+sizes) it measures, over
 N null sweeps (truly equal arms) and N shifted sweeps (arm B better by +0.10 expected accuracy):
 
 - ``FPR``: share of null sweeps the report calls significant (p < 0.05). S >= 2: the two-level t
@@ -42,7 +43,7 @@ from analysis.tables import paired_table
 DOC = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
 K, N_PROBLEMS, ALPHA, TRUE_DIFF = 8, 30, 0.05, 0.10
-SEEDS = (1, 3, 5)
+SEEDS = ((1, 1), (2, 2), (3, 3), (5, 5), (10, 10), (3, 5))  # seeds of arm A, arm B
 SEED_SD_LOGIT = (0.2, 0.5)  # run-accuracy sd about 0.03 and 0.07
 SLICES = [slice(0, N_PROBLEMS)]
 
@@ -72,17 +73,21 @@ def report_single_seed_significant(ca: np.ndarray, cb: np.ndarray, n: int) -> tu
     return significant, rows
 
 
-def cell(seeds: int, seed_sd_logit: float, n: int, rng_seed: int, n_flip: int, report_sweeps: int) -> dict:
+def cell(seeds_ab: tuple[int, int], seed_sd_logit: float, n: int, rng_seed: int, n_flip: int,
+         report_sweeps: int) -> dict:
+    sa, sb = seeds_ab
+    seeds = max(sa, sb)
     shift = shift_for(TRUE_DIFF, seed_sd_logit)
-    rng = np.random.default_rng([rng_seed, seeds, int(seed_sd_logit * 1000)])
+    rng = np.random.default_rng([rng_seed, sa, sb, int(seed_sd_logit * 1000)])
     null = two_arm_counts(rng, n, seeds, n_problems=N_PROBLEMS, k=K, seed_sd_logit=seed_sd_logit)
     alt = two_arm_counts(rng, n, seeds, n_problems=N_PROBLEMS, k=K, seed_sd_logit=seed_sd_logit, shift_logit=shift)
+    null, alt = (null[0][:, :sa], null[1][:, :sb]), (alt[0][:, :sa], alt[1][:, :sb])
     resampler = Resampler(n_boot=2000, seed=rng_seed)
     p_old, excl_old = problem_only(*null, n_flip, resampler)
-    out = {"seeds": seeds, "run_sd": run_accuracy_sd(seed_sd_logit), "seed_sd_logit": seed_sd_logit,
+    out = {"seeds": f"{sa}" if sa == sb else f"{sa} / {sb}", "single": seeds == 1, "run_sd": run_accuracy_sd(seed_sd_logit), "seed_sd_logit": seed_sd_logit,
            "shift": shift, "problem_only_fpr": float((p_old < ALPHA).mean()),
            "problem_ci_excludes_0": float(excl_old.mean())}
-    if seeds >= 2:
+    if min(sa, sb) >= 2:
         t0 = diff_two_level(null[1] / K, null[0] / K, SLICES)
         t1 = diff_two_level(alt[1] / K, alt[0] / K, SLICES)
         out.update(fpr=float((t0["p_value"][-1] < ALPHA).mean()), power=float((t1["p_value"][-1] < ALPHA).mean()),
@@ -110,7 +115,7 @@ def table(cells: list[dict], n: int, seconds: float, command: str) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
-        single = c["seeds"] == 1
+        single = c["single"]
         lines.append(
             f"| {c['seeds']} | {c['run_sd']:.3f} ({c['seed_sd_logit']:.2f}) | "
             + (f"0 (by rule; {c['report_rows']} report rows checked)" if single else f"{c['fpr']:.3f}") + " | "
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     for tau in SEED_SD_LOGIT:
         for s in SEEDS:
             cells.append(cell(s, tau, args.sweeps, args.seed, args.n_flip, args.report_sweeps))
-            print(f"seeds {s}, logit sd {tau}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+            print(f"seeds {s[0]}/{s[1]}, logit sd {tau}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     command = "python benchmarks/calibration.py" + (f" --sweeps {args.sweeps}" if args.sweeps != 1000 else "") + (
         f" --seed {args.seed}" if args.seed != 2026 else "") + " --write"
     text = table(cells, args.sweeps, time.perf_counter() - start, command)
