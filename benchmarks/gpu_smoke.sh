@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU smoke check of the verl backend (NOT YET RUN ON A GPU: written for a lent single-GPU machine).
+#
+#   bash benchmarks/gpu_smoke.sh [OUT_DIR]        # needs: pip install -e ".[gpu,test]", one CUDA GPU
+#
+# Runs verl's real V1 separate_async trainer (FSDP2 trainer + vLLM rollout, on Ray) for 3 steps per
+# arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
+# `python -m analysis.contract`. Trainer and vLLM share the one GPU: Ray is told there are 2 GPUs and
+# is kept from setting CUDA_VISIBLE_DEVICES, and vLLM takes 30% of the memory. SC arms run only where
+# the installed verl supports score centering (commit 8718ca30); on verl 0.9.1 they are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="$(realpath -m "${1:-results/gpu_smoke_assets}")"
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_smoke: no CUDA GPU visible')"
+python -c "import vllm" || { echo "gpu_smoke: vLLM missing: pip install -e '.[gpu,test]'" >&2; exit 1; }
+
+python benchmarks/gpu_smoke_assets.py "$OUT"
+
+arms=pg,tis
+if python -c "import sys; from runners.verl_backend import sc_support; sys.exit(0 if sc_support.supported() else 1)"; then
+    arms=pg,tis,sc,sc_tis
+else
+    echo "gpu_smoke: verl without score-centering support: SC arms skipped" >&2
+fi
+
+export RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
+python runners/launch.py -m +experiment=qwen3_4b_sc_repro "method=$arms" seed=42 \
+    sweep=gpu_smoke "results_root=$OUT/results" "model.path=$OUT/model" model.enable_thinking=false \
+    "data.dir=$OUT/data" data.train.rows=null data.train.rows_after_filter=null \
+    data.eval_sets.0.size=3 data.eval_sets.1.size=3 \
+    trainer.total_steps=3 trainer.test_freq=3 trainer.save_freq=3 trainer.prompts_per_step=4 trainer.n=4 \
+    eval.n=2 rollout.max_prompt_length=256 rollout.max_response_length=64 \
+    backend.placement.trainer_gpus_per_node=1 backend.placement.rollout_gpus_per_node=1 \
+    backend.placement.rollout_tensor_parallel=1 backend.rollout_engine.gpu_memory_utilization=0.3 \
+    backend.rollout_engine.agent_workers=1 backend.actor.max_token_len_per_gpu=4096 \
+    backend.actor.use_torch_compile=false backend.actor.gradient_checkpointing=false \
+    'backend.extra_overrides=["+ray_kwargs.ray_init.num_gpus=2","+ray_kwargs.ray_init.runtime_env.env_vars.RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1"]'
+
+status=0
+for arm in ${arms//,/ }; do
+    python -m analysis.contract "$OUT/results/gpu_smoke/$arm-seed42" || status=1
+done
+exit $status
