@@ -95,21 +95,19 @@ def test_options(sweep_dir, tmp_path):
         parse_checkpoints("last")
 
 
-def test_cli_partial_sweep_skips_and_strict_fails(tmp_path):
+def test_cli_partial_sweep_skips_and_strict_fails(tmp_path, capsys):
     root = build_sweep(tmp_path / "s", methods=("pg", "sc"), total_steps=10, eval_every=10, sets={"a": 3}, k=2)
     (root / "tis-seed1").mkdir()
     (root / "tis-seed1" / "config.yaml").write_text("method: tis\n")
-    proc = subprocess.run([sys.executable, "-m", "analysis", str(root), "--no-figures", "--n-boot", "200"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert "skipped 1 run folder(s) without a valid metrics.json" in proc.stderr
-    assert "tis-seed1/metrics.json: missing" in proc.stderr
+    assert main([str(root), "--no-figures", "--n-boot", "200"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 run folder(s) without a valid metrics.json" in err
+    assert "tis-seed1/metrics.json: missing" in err
     md = (root / "report" / "comparison.md").read_text()
     assert "Skipped run folders" in md and "tis-seed1 (metrics.json: missing)" in md
     assert set(pd.read_csv(root / "report" / "comparison.csv")["method"]) == {"pg", "sc"}
-    proc = subprocess.run([sys.executable, "-m", "analysis", str(root), "--strict", "--no-figures"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and "tis-seed1/metrics.json: missing" in proc.stderr
+    assert main([str(root), "--strict", "--no-figures"]) == 2
+    assert "tis-seed1/metrics.json: missing" in capsys.readouterr().err
 
 
 def test_cli_errors_name_the_file(tmp_path):
