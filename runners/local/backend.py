@@ -239,7 +239,7 @@ class LocalRun:
     def run(self) -> None:
         cfg, total = self.cfg, self.cfg.trainer.total_steps
         self.restore()
-        for stale in sorted((self.run_dir / "val").glob("step_*.jsonl")):
+        for stale in sorted((self.run_dir / "val").glob("**/step_*.jsonl")):  # repeat_RR/ folders too
             if int(stale.stem.split("_")[1]) > self.step:  # written by a killed attempt after its last checkpoint
                 stale.unlink()
         self.record.start_attempt(self.step)
