@@ -6,7 +6,8 @@ the project's launcher code -> verl's Hydra main and ``validate_config`` -> ``De
 
 * the worker resolved the arm's registered loss (and, for SC arms on verl 8718ca30, verl's
   ``score_centering_ppo_loss`` as the dispatcher with the project's correction in the slot);
-* the engine's ``actor/pg_loss`` equals an independent fp32 reference from plain forwards;
+* the engine's ``actor/pg_loss`` and gradient norm equal an independent fp32 reference from plain
+  forwards (for SC arms: the correction's gradient from the full-vocabulary formula on ``q_hat``);
 * the parameters moved; every ``actor/*`` metric the run contract asks of the arm is reported.
 
 verl 0.9.1 (the PyPI pin) runs PG and TIS; SC arms need verl 8718ca30 and skip with the reason on
@@ -108,7 +109,12 @@ def test_engine_loss_equals_an_independent_reference(arm, reports):
     r = reports[arm]
     engine, ref = _last(r["metrics"], "actor/pg_loss"), r["reference"]["pg_loss"]
     assert abs(engine - ref) <= ATOL + RTOL * abs(ref), (engine, ref)
+    grad_norm, ref_norm = _last(r["metrics"], "grad_norm"), r["reference"]["grad_norm"]
+    assert grad_norm == pytest.approx(ref_norm, rel=RTOL), (grad_norm, ref_norm)  # the gradient, not only the value
     assert r["param_change"] > 0  # one optimizer step happened
+    if arm in SC_ARMS:  # the diagnostics are the correction's and the head masses' token means
+        for key in ("sc_correction", "sc_sampler_head_mass", "sc_train_head_mass"):
+            assert _last(r["metrics"], f"actor/{key}") == pytest.approx(r["reference"][key], rel=RTOL, abs=ATOL), key
     if "tis" in arm:
         clip = _last(r["metrics"], "actor/tis_clip_fraction")
         assert clip == pytest.approx(r["reference"]["tis_clip_fraction"], abs=1e-6)

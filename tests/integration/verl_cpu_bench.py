@@ -37,6 +37,7 @@ them (``score_centering.pad_rollout_topk``: response token r at row ``prompt_len
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
@@ -260,36 +261,59 @@ def mini_batch(model, cfg, project_cfg):
     return td, terms
 
 
-def reference_loss(model, terms, project_cfg, temperature: float) -> dict[str, float]:
-    """The arm's token-mean loss from plain fp32 forwards of the initial model (independent of ablations/)."""
+def reference(model, terms, project_cfg, temperature: float) -> dict[str, float]:
+    """The arm's loss and gradient norm from plain fp32 forwards of the initial model.
+
+    Written independently of ``ablations/``: ``log_softmax`` over the full vocabulary, the TIS
+    weight by hand, and for SC arms the correction two ways: its *value* in the head form verl and
+    the project report (``sum_H sg(q f(p/q) - alpha p) log p``), and its *gradient* from the
+    full-vocabulary formula on the reconstructed sampler ``q_hat`` (head q, tail rho p), which has
+    the same gradient (``sum_v p grad log p = 0``) but is computed without any head bookkeeping.
+    """
     import torch
 
     cap = project_cfg.method.tis_cap
     f = (lambda r: torch.ones_like(r)) if cap is None else (lambda r: r.clamp(max=float(cap)))
-    total, tokens, clipped = 0.0, 0, 0
-    with torch.no_grad():
-        for t in terms:
-            ids, p_len, sampled = t["ids"], t["p_len"], t["sampled"]
-            r_len = len(sampled)
-            logp = torch.log_softmax(model(ids.unsqueeze(0)).logits[0].float() / temperature, -1)
-            logp = logp[p_len - 1 : p_len - 1 + r_len]
-            log_pa = logp.gather(-1, ids[p_len:].unsqueeze(-1)).squeeze(-1)
-            ratio = torch.exp(log_pa - sampled)
-            weight = f(ratio)
-            clipped += int((ratio > (cap or math.inf)).sum())
-            correction = torch.zeros(r_len)
-            if project_cfg.method.score_centering:  # full-vocabulary formula on q_hat (head q, tail rho p)
-                q_head = t["head_log_probs"].exp()
-                p_all = logp.exp()
-                p_head = p_all.gather(-1, t["head_ids"])
-                rho = (1 - q_head.sum(-1)).clamp_min(1e-6) / (1 - p_head.sum(-1)).clamp_min(1e-6)
-                q_hat = rho.unsqueeze(-1) * p_all
-                q_hat.scatter_(-1, t["head_ids"], q_head)
-                correction = (q_hat * f(p_all / q_hat) * logp).sum(-1)
-            advantage = t["reward"] - float(t["group"].mean())
-            total += float((-advantage * (weight * log_pa - correction)).sum())
-            tokens += r_len
-    return {"pg_loss": total / tokens, "tis_clip_fraction": clipped / tokens, "tokens": tokens}
+    net = copy.deepcopy(model).float()
+    net.zero_grad()
+    value, tokens, clipped = 0.0, 0, 0
+    head_q, head_p, corrections = [], [], []
+    losses = []
+    for t in terms:
+        ids, p_len, sampled = t["ids"], t["p_len"], t["sampled"]
+        r_len = len(sampled)
+        logp = torch.log_softmax(net(ids.unsqueeze(0)).logits[0].float() / temperature, -1)
+        logp = logp[p_len - 1 : p_len - 1 + r_len]
+        log_pa = logp.gather(-1, ids[p_len:].unsqueeze(-1)).squeeze(-1)
+        ratio = torch.exp(log_pa.detach() - sampled)
+        weight = f(ratio)
+        clipped += int((ratio > (cap or math.inf)).sum())
+        shown = grad_form = torch.zeros(r_len)
+        if project_cfg.method.score_centering:
+            p_all = logp.detach().exp()
+            q_head, p_head = t["head_log_probs"].exp(), p_all.gather(-1, t["head_ids"])
+            rho = (1 - q_head.sum(-1)).clamp_min(1e-6) / (1 - p_head.sum(-1)).clamp_min(1e-6)
+            alpha = rho * f(1 / rho)
+            coef = q_head * f(p_head / q_head) - alpha.unsqueeze(-1) * p_head
+            shown = (coef * logp.gather(-1, t["head_ids"])).sum(-1)
+            q_hat = rho.unsqueeze(-1) * p_all
+            q_hat.scatter_(-1, t["head_ids"], q_head)
+            grad_form = (q_hat * f(p_all / q_hat) * logp).sum(-1)
+            head_q.append(q_head.sum(-1))
+            head_p.append(p_head.sum(-1))
+            corrections.append(shown.detach())
+        advantage = t["reward"] - float(t["group"].mean())
+        value += float((-advantage * (weight * log_pa - shown)).sum())
+        losses.append((-advantage * (weight * log_pa - grad_form)).sum())
+        tokens += r_len
+    (torch.stack(losses).sum() / tokens).backward()
+    grad_norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in net.parameters() if p.grad is not None)))
+    out = {"pg_loss": value / tokens, "grad_norm": grad_norm, "tis_clip_fraction": clipped / tokens, "tokens": tokens}
+    if project_cfg.method.score_centering:
+        out["sc_correction"] = float(torch.cat(corrections).mean())
+        out["sc_sampler_head_mass"] = float(torch.cat(head_q).mean())
+        out["sc_train_head_mass"] = float(torch.cat(head_p).mean())
+    return out
 
 
 def _params(engine):
@@ -350,7 +374,7 @@ def run(arm: str, report_path: Path) -> dict:
             report["logits_processor"] = f"{seam.__module__}.{seam.__qualname__}"
         td, terms = mini_batch(model, cfg, project_cfg)
         temperature = float(cfg.actor_rollout_ref.rollout.temperature)
-        report["reference"] = reference_loss(model, terms, project_cfg, temperature)
+        report["reference"] = reference(model, terms, project_cfg, temperature)
         before = _params(worker.actor.engine)
         calls = {"centering_term": 0}
         import ablations.score_centering as scm
