@@ -2,7 +2,7 @@
 
 How verl (commit 8718ca30, PR #8010) computes the correction, read from its files:
 
-* ``verl/workers/engine_workers.py::select_actor_loss_fn`` picks
+* ``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker.init_model``) picks
   ``functools.partial(score_centering_ppo_loss, config=actor_config)`` as the actor's loss when
   ``actor.policy_loss.rollout_correction.score_centering`` is on (FSDP only, no fused kernels).
 * The FSDP engine (``verl/workers/engine/fsdp/transformer_impl.py``,
