@@ -6,11 +6,13 @@ a config that cannot work fails at once with a message naming the key, and nothi
 ``results_root`` or a run folder holding another run print ``config error: ...`` (no traceback)
 and exit with status 2.
 
-Then the run folders are locked (``runners.run_lock``) before anything is written, Hydra's own
-files included: when every job runs in this process (a single run, or ``-m`` with Hydra's basic
-launcher) the launcher takes the locks of all jobs of the sweep up front and holds them to the
-end; with another launcher (SLURM) each job takes its own lock when it starts. A folder locked
-by another process prints ``run folder busy: ...`` naming the holder and exits with status 3.
+A run folder locked by another launch (``runners.run_lock``) is reported first, right after
+composition: ``run folder busy: ...`` naming the holder, exit status 3. After validation the run
+folders are locked before anything is written, Hydra's own files included: when every job runs
+in this process (a single run, or ``-m`` with Hydra's basic launcher) the launcher takes the
+locks of all jobs of the sweep up front and holds them to the end; with another launcher (SLURM,
+``hydra/launcher=parallel``) each job takes its own lock when it starts, after Hydra has written
+its ``.hydra/`` files.
 
 Per job, under its lock: tidy the run folder (``runners.run_folder.prepare``: stale temporary
 files, an earlier start that completed no step), write ``config.yaml`` into it
@@ -58,21 +60,28 @@ def job_overrides(argv: list[str]) -> list[list[str]]:
 
 
 def prevalidate(argv: list[str]) -> list[Path]:
-    """Compose and validate every job before the first one starts; return their run folders."""
+    """Compose every job, then validate them all before the first one starts; return their run folders.
+
+    Composition (cheap) comes first, so a folder busy with another launch is reported at once
+    (:class:`runners.run_lock.RunFolderBusy`), before the slower checks; nothing is written.
+    """
     from hydra import compose, initialize_config_dir
 
-    run_dirs: dict[Path, int] = {}
+    jobs: dict[Path, tuple[int, DictConfig]] = {}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         for job, overrides in enumerate(job_overrides(argv)):
             check_override_keys(overrides, lambda o: compose(config_name="config", overrides=o))
             cfg = compose(config_name="config", overrides=overrides)
-            validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
             run_dir = run_dir_of(cfg)
-            if run_dir in run_dirs:
-                raise ConfigError(f"jobs {run_dirs[run_dir]} and {job} of this sweep would both run in {run_dir} "
+            if run_dir in jobs:
+                raise ConfigError(f"jobs {jobs[run_dir][0]} and {job} of this sweep would both run in {run_dir} "
                                   f"(run_name={cfg.run_name}); give them different run_name or sweep values")
-            run_dirs[run_dir] = job
-    return list(run_dirs)
+            jobs[run_dir] = (job, cfg)
+    for run_dir in jobs:
+        run_lock.check_free(run_dir)
+    for _, cfg in jobs.values():
+        validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+    return list(jobs)
 
 
 def jobs_run_in_this_process(argv: list[str]) -> bool:
@@ -118,19 +127,21 @@ def cli(argv: list[str]) -> int:
     try:
         run_dirs = prevalidate(argv)
         in_process = jobs_run_in_this_process(argv)
+    except run_lock.RunFolderBusy as err:
+        print(f"run folder busy: {err}", file=sys.stderr)
+        return 3
     except (ValueError, HydraException, OmegaConfBaseException) as err:  # ConfigError is a ValueError
         print(f"config error: {_short(err)}", file=sys.stderr)
         return 2
     with contextlib.ExitStack() as locks:
-        try:
-            for run_dir in run_dirs:
-                if in_process:
+        if in_process:  # held from before Hydra writes anything until the last job ends
+            try:
+                for run_dir in run_dirs:
                     locks.enter_context(run_lock.hold(run_dir))
-                else:  # each job locks its folder in its own process; fail now if one is busy
-                    run_lock.check_free(run_dir)
-        except run_lock.RunFolderBusy as err:
-            print(f"run folder busy: {err}", file=sys.stderr)
-            return 3
+            except run_lock.RunFolderBusy as err:  # taken since prevalidate looked
+                print(f"run folder busy: {err}", file=sys.stderr)
+                return 3
+        # otherwise each job locks its folder in its own process (main)
         main()
     return 0
 
