@@ -44,6 +44,12 @@ POLICY_LOSSES = {
 #: |engine - reference| <= ATOL + RTOL |reference|: float32 rounding of two different summation
 #: orders over ~850 tokens (measured: 1e-7 absolute).
 ATOL, RTOL = 1e-6, 1e-4
+#: The loss's diagnostics (TIS clip fraction and weight, SC correction and head masses, ppo_kl) are
+#: token means *per micro-batch*, which verl then averages with equal weight per micro-batch
+#: (``AggregationType.MEAN``); ``actor/pg_loss`` is exact (a sum of globally normalised parts). With
+#: the bench's unequal micro-batches the mean of means is off the token mean by about 1% (measured:
+#: clip fraction 0.1256 vs 0.1271).
+DIAGNOSTIC_RTOL = 0.03
 SC_SUPPORTED = sc_support.supported()
 SC_SKIP = (
     f"SC arms need verl with score-centering support (commit {sc_support.REQUIRED_COMMIT_SHORT}); "
@@ -97,7 +103,7 @@ def test_worker_resolves_the_arms_loss(arm, reports):
     if arm in SC_ARMS:  # verl 8718ca30: its dispatcher, the project's correction, the project's arm
         assert r["loss_fn"] == "score_centering_ppo_loss"
         assert r["logits_processor"] == "runners.verl_backend.sc_seam.project_logits_processor"
-        assert r["project_centering_calls"] >= 1
+        assert r["project_centering_calls"] >= 2  # once per micro-batch
     else:
         assert r["loss_fn"] == "ppo_loss"
         assert r["project_centering_calls"] == 0
@@ -114,10 +120,11 @@ def test_engine_loss_equals_an_independent_reference(arm, reports):
     assert r["param_change"] > 0  # one optimizer step happened
     if arm in SC_ARMS:  # the diagnostics are the correction's and the head masses' token means
         for key in ("sc_correction", "sc_sampler_head_mass", "sc_train_head_mass"):
-            assert _last(r["metrics"], f"actor/{key}") == pytest.approx(r["reference"][key], rel=RTOL, abs=ATOL), key
+            got = _last(r["metrics"], f"actor/{key}")
+            assert got == pytest.approx(r["reference"][key], rel=DIAGNOSTIC_RTOL), key
     if "tis" in arm:
         clip = _last(r["metrics"], "actor/tis_clip_fraction")
-        assert clip == pytest.approx(r["reference"]["tis_clip_fraction"], abs=1e-6)
+        assert clip == pytest.approx(r["reference"]["tis_clip_fraction"], rel=DIAGNOSTIC_RTOL)
         assert clip > 0.05  # truncation is exercised, not just the identity weight
 
 

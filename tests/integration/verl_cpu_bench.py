@@ -24,7 +24,7 @@ The CPU shims (all here, nothing patched inside verl):
 * the default process group (gloo, world size 1) is created before the worker, because verl's own
   initialiser asks for ``cpu:gloo,<device>:<backend>``, a duplicate on a CPU;
 * ``checkpoint_engine.backend=naive`` (nccl needs cupy), ``attn_implementation=sdpa`` (no
-  flash-attn), no ``torch.compile``; and ``backend.actor.dtype=float32`` (the project's knob for
+  flash-attn), no ``torch.compile``, 256 tokens per micro-batch (several micro-batches per step); and ``backend.actor.dtype=float32`` (the project's knob for
   the engine's compute dtype) so the engine can be compared with the reference to float32
   rounding (bf16 agrees to about 0.1%).
 
@@ -57,6 +57,9 @@ CPU_OVERRIDES = (
     "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
     "actor_rollout_ref.actor.use_torch_compile=False",
+    # ~850 tokens in 160 sequences: 256 tokens per micro-batch splits the mini-batch into several, so
+    # the token mean over micro-batches (verl's global_batch_info) is exercised, as on the GPUs
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
 )
 #: Project-level swaps: fp32 compute so the engine can be compared with the reference to rounding.
 CPU_PROJECT_OVERRIDES = ("backend.actor.dtype=float32",)
