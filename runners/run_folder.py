@@ -14,10 +14,12 @@
   is changed.
 
 :func:`prepare` (called by the launcher while it holds the folder's lock, before writing
-``config.yaml``) removes the temporary files interrupted atomic writes left in the folder, its
-``val/`` and its ``checkpoints/``, and for ``reuse_empty`` moves the earlier start's files
-(everything but ``run.log`` and Hydra's ``.hydra/``) into ``.abandoned/<UTC time>/``, so nothing
-of it is lost and nothing of it is read as part of the new run. Each action is logged.
+``config.yaml``) removes the temporary files interrupted atomic writes left in the folder, in
+``val/`` and ``export/`` (with their subfolders, e.g. ``val/repeat_01/``) and in ``checkpoints/``
+(not in verl's ``global_step_N/`` folders, which verl writes itself). For ``reuse_empty`` it moves
+the earlier start's files (everything but ``run.log`` and Hydra's ``.hydra/``) into
+``.abandoned/<UTC time>/``, so nothing of it is lost and nothing of it is read as part of the new
+run. Each action is logged.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def prepare(run_dir: Path, kind: str, config_yaml: str) -> None:
     """Tidy ``run_dir`` for a launch of plan ``kind`` with ``config_yaml``, before that config is
     written; call it only while holding the folder's lock."""
     run_dir = Path(run_dir)
-    for folder in (run_dir, run_dir / "val", run_dir / "checkpoints"):
+    nested = [p for top in ("val", "export") for p in sorted((run_dir / top).rglob("*")) if p.is_dir()]
+    for folder in (run_dir, run_dir / "val", run_dir / "checkpoints", run_dir / "export", *nested):
         for stale in remove_stale_temp_files(folder):
             log.info("removed %s (left by a write that was interrupted)", stale)
     if kind == "reuse_empty":

@@ -194,6 +194,24 @@ def test_resume_removes_stale_temp_files_and_dates_the_killed_attempt(tmp_path, 
     assert check_run_dir(run_dir) == []
 
 
+def test_prepare_removes_atomic_write_temp_files_wherever_run_files_are_written(tmp_path):
+    from runners import run_folder
+
+    run_dir = tmp_path / "run"
+    stale = [run_dir / ".config.yaml.abcd1234.tmp", run_dir / "val" / ".step_000002.jsonl.x_y_z_12.tmp",
+             run_dir / "val" / "repeat_01" / ".step_000002.jsonl.00000000.tmp",
+             run_dir / "checkpoints" / ".retention.json.qwertyui.tmp",
+             run_dir / "export" / "model" / ".verification.json.asdfghjk.tmp"]
+    kept = [run_dir / "checkpoints" / "global_step_5" / ".shard.pt.abcd1234.tmp",  # verl's own folder
+            run_dir / "val" / ".step_000002.jsonl.tmp", run_dir / "val" / "step_000002.jsonl"]
+    for p in stale + kept:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    run_folder.prepare(run_dir, "resume", "")
+    assert [p for p in stale if p.exists()] == []
+    assert all(p.exists() for p in kept)
+
+
 # -- 3. a folder left before the first step -----------------------------------------------------
 def test_folder_left_before_the_first_step_is_reused(tmp_path, cache_dir):
     run_dir = tmp_path / "embedded_default" / "pg-seed42"
