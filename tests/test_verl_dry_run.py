@@ -578,3 +578,25 @@ def test_checks_module_lists_match_verl():
 
     for mode in checks.LOSS_AGG_MODES:  # every mode the harness allows is one verl aggregates
         core_algos.agg_loss(torch.ones(1, 2), torch.ones(1, 2), mode)
+
+
+def test_dry_run_calls_the_loss_on_verls_converted_config(tmp_path):
+    """A loss that reads the actor-side rollout_correction by attribute (as the TIS arms once did)
+    fails inside verl's worker, where that block is a plain mapping: the dry run must say so."""
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
+
+    @register_policy_loss("test_attribute_reader")
+    def attribute_reader(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, **kw):
+        cap = config.policy_loss.rollout_correction.rollout_is_threshold  # AttributeError on a dict
+        return (log_prob * cap).sum(), {}
+
+    try:
+        cfg = project_cfg(tmp_path, "backend.dry_run=true", method="tis")
+        good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+        bad = [o if ovr.parse(o)[0] != "actor_rollout_ref.actor.policy_loss.loss_mode"
+               else "actor_rollout_ref.actor.policy_loss.loss_mode=test_attribute_reader" for o in good]
+        with pytest.raises(ValueError, match="fails on verl's converted actor config"):
+            dry_run.check_against_installed_verl(bad)
+        dry_run.check_against_installed_verl(good)
+    finally:
+        POLICY_LOSS_REGISTRY.pop("test_attribute_reader", None)

@@ -139,6 +139,35 @@ def _data_problems(cfg: DictConfig) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
+def loss_call_problems(cfg: DictConfig, view: DictConfig) -> list[str]:
+    """Call the arm's registered loss once, the way verl's worker does, on a 1 x 3 dummy batch.
+
+    The actor config goes through verl's own ``omega_conf_to_dataclass`` (as in ``init_model``), so
+    what the loss reads from it arrives in the form it has inside the worker (the actor-side
+    ``rollout_correction`` block, for one, is a plain mapping there). ``view`` is the config with
+    the keys of newer verl set: an SC arm's loss gets an ``sc_correction`` on any verl.
+    """
+    import torch
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    actor.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=1, loss_scale_factor=None)
+    log_prob = torch.zeros(1, 3, requires_grad=True)
+    sc_key = "actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering"
+    kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, sc_key) else {}
+    try:
+        loss, _ = get_policy_loss_fn(actor.policy_loss.loss_mode)(
+            old_log_prob=torch.full((1, 3), -0.5), log_prob=log_prob, advantages=torch.ones(1, 3),
+            response_mask=torch.ones(1, 3), loss_agg_mode=actor.loss_agg_mode, config=actor,
+            rollout_is_weights=None, **kwargs,
+        )
+        loss.backward()
+    except Exception as err:  # noqa: BLE001 - any failure of the loss inside verl's worker is a finding
+        return [f"the loss {actor.policy_loss.loss_mode!r} fails on verl's converted actor config: {err}"]
+    return []
+
+
 def check_against_installed_verl(overrides: list[str], *, score_centering: bool = False) -> dict[str, Any]:
     """Compose, validate and table-check ``overrides`` in this process; raise ``ValueError`` on failure.
 
@@ -181,6 +210,8 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
             f"process (registered project arms: {arms}); is the `ablations` plug-in installed?"
         )
+    else:
+        problems += loss_call_problems(cfg, view=newer_keys.with_deferred(cfg, deferred))
     problems += launch_shape_problems(cfg)
     data_problems, data_notes = _data_problems(cfg)
     problems += data_problems
