@@ -118,7 +118,8 @@ def _short(err: BaseException) -> str:
 def cli(argv: list[str]) -> int:
     """Validate every job, lock their run folders, then run Hydra's ``main``; returns the exit status.
 
-    2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process.
+    2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process
+    (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``).
     Help and ``--cfg``-style queries go straight to Hydra.
     """
     if any(a in ("-h", "--help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv):
@@ -140,6 +141,9 @@ def cli(argv: list[str]) -> int:
                     locks.enter_context(run_lock.hold(run_dir))
             except run_lock.RunFolderBusy as err:  # taken since prevalidate looked
                 print(f"run folder busy: {err}", file=sys.stderr)
+                return 3
+            except run_lock.RunLockError as err:
+                print(f"run folder lock: {err}", file=sys.stderr)
                 return 3
         # otherwise each job locks its folder in its own process (main)
         main()

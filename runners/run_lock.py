@@ -37,7 +37,11 @@ from runners.run_record import utc_now
 _HELD: dict[Path, list[int]] = {}
 
 
-class RunFolderBusy(RuntimeError):
+class RunLockError(RuntimeError):
+    """The run folder's lock cannot be taken (e.g. a file system without ``flock``)."""
+
+
+class RunFolderBusy(RunLockError):
     """The run folder is locked by another process; the message names the holder."""
 
 
@@ -132,7 +136,8 @@ def hold(run_dir: Path) -> Iterator[HeldLock]:
         os.close(fd)
         if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
             raise _busy(run_dir, path) from None
-        raise
+        raise RunLockError(f"cannot lock {path}: {err.strerror}; results_root must be on a file system that "
+                           "supports flock") from err
     info = {"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now(),
             "command": " ".join(sys.argv)}
     os.ftruncate(fd, 0)
