@@ -26,6 +26,7 @@ import pandas as pd
 
 from analysis.load import Sweep, SweepError
 from analysis.seeds import diff_two_level, mean_two_level
+from analysis.selection import best_steps
 from analysis.stats import (
     N_FLIP,
     SEED,
@@ -88,7 +89,7 @@ def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
             if cp == "final":
                 rows.append((run, "final", int(curve.index[-1])))
             elif cp == "best":
-                rows.append((run, "best", int(curve.idxmax())))  # idxmax: first maximum
+                rows.append((run, "best", best_steps(curve.to_dict())[0]))
             else:
                 step = int(cp)
                 if step not in curve.index:

@@ -207,3 +207,16 @@ def test_export_failures_leave_no_export(tiny_run, tmp_path):
     with pytest.raises(CheckpointError, match="training state files"):
         export_checkpoint(run, 4, out_dir=out, runner=leaks_optimizer, load_check="skip")
     assert not out.exists()
+
+
+def test_tensor_summary_reads_headers_and_rejects_a_broken_file(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(2, 3, dtype=torch.bfloat16), "b": torch.zeros(4, dtype=torch.bfloat16)},
+              str(tmp_path / "model.safetensors"))
+    summary = tensor_summary(tmp_path)
+    assert (summary["tensors"], summary["parameters"], summary["all_bf16"]) == (2, 10, True)
+    (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        tensor_summary(tmp_path)

@@ -21,7 +21,8 @@ safetensors plus config and tokenizer, without optimizer state::
     python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <out>
 
 into a temporary folder, then writes ``verification.json`` (:func:`verify_export`: every file
-with size and sha256; tensor count, dtypes and parameter count read from the safetensors headers;
+with size and sha256; tensor count, dtypes and parameter count read from the safetensors headers (the
+``safetensors`` library);
 source step and selection; versions; config hash; a load-and-generate check on a GPU, recorded as
 skipped where ``torch.cuda.is_available()`` is false) and moves the folder to ``<run>/export``.
 
@@ -40,7 +41,6 @@ import hashlib
 import json
 import re
 import shutil
-import struct
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.selection import TEST_SET_SELECTION, best_steps
 from runners.provenance import config_sha256
 from runners.run_record import METRICS_FILE, atomic_write_text
 from runners.verl_backend import layout
@@ -55,10 +56,6 @@ from runners.verl_backend.ingest import versions
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 VAL_CORE = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
-TEST_SET_SELECTION = (
-    "best = highest mean over the evaluation sets (AIME 2024/2025) of mean@n: selected on the test sets "
-    "themselves, an optimistic (test-set) selection"
-)
 EXPORT_DIR = "export"
 VERIFICATION_FILE = "verification.json"
 MERGER_LOG = "model_merger.log"
@@ -112,12 +109,6 @@ def eval_average(metrics: dict[str, Any], sets: Sequence[str] | None = None) -> 
     return out
 
 
-def best_steps(averages: dict[int, dict[str, Any]], candidates: Sequence[int], m: int) -> list[int]:
-    """The ``m`` candidate steps with the highest average, best first (earlier step on ties)."""
-    scored = [s for s in candidates if s in averages]
-    return sorted(scored, key=lambda s: (-averages[s]["avg"], s))[:m]
-
-
 def _load_metrics(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / METRICS_FILE
     try:
@@ -156,7 +147,7 @@ def plan_retention(
         plan.keep.setdefault(s, []).append("latest")
     if keep_best:
         averages = eval_average(_load_metrics(run_dir))
-        for rank, s in enumerate(best_steps(averages, steps, keep_best), start=1):
+        for rank, s in enumerate(best_steps({s: a["avg"] for s, a in averages.items()}, keep_best, steps), start=1):
             plan.keep.setdefault(s, []).append(f"best #{rank} by eval average (test-set selection)")
             plan.best.append({"rank": rank, "step": s, **averages[s]})
     resume = resume_step(ckpt_dir)
@@ -215,7 +206,7 @@ def resolve_step(run_dir: Path, step: str | int, ckpt_dir: Path) -> tuple[int, s
         return steps[-1], "latest checkpoint"
     if step == "best":
         averages = eval_average(_load_metrics(run_dir))
-        best = best_steps(averages, steps, 1)
+        best = best_steps({s: a["avg"] for s, a in averages.items()}, 1, steps)
         if not best:
             raise CheckpointError(f"no checkpoint step of {ckpt_dir} has an evaluation in metrics.json")
         return best[0], TEST_SET_SELECTION
@@ -279,16 +270,15 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a ``.safetensors`` file (tensor name -> dtype, shape, offsets)."""
-    with path.open("rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise CheckpointError(f"{path}: not a safetensors file (too short)")
-        (size,) = struct.unpack("<Q", raw)
-        if size > 100 * 1024 * 1024:
-            raise CheckpointError(f"{path}: implausible safetensors header size {size}")
-        return json.loads(f.read(size))
+def safetensors_tensors(path: Path) -> dict[str, tuple[str, list[int]]]:
+    """``name -> (dtype, shape)`` of every tensor in a ``.safetensors`` file, from its header only."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {name: (f.get_slice(name).get_dtype(), list(f.get_slice(name).get_shape())) for name in f.keys()}
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
 
 
 def tensor_summary(model_dir: Path) -> dict[str, Any]:
@@ -306,18 +296,16 @@ def tensor_summary(model_dir: Path) -> dict[str, Any]:
     count = params = 0
     names: set[str] = set()
     for f in files:
-        for name, info in safetensors_header(f).items():
-            if name == "__metadata__":
-                continue
+        for name, (dtype, shape) in safetensors_tensors(f).items():
             if name in names:
                 raise CheckpointError(f"{f}: tensor {name} appears in more than one shard")
             names.add(name)
             count += 1
             n = 1
-            for d in info["shape"]:
+            for d in shape:
                 n *= int(d)
             params += n
-            dtypes[info["dtype"]] = dtypes.get(info["dtype"], 0) + 1
+            dtypes[dtype] = dtypes.get(dtype, 0) + 1
     return {
         "tensors": count,
         "parameters": params,
