@@ -143,6 +143,66 @@ def test_verl_attempt_takes_the_same_lock(tmp_path):
     assert not run_dir.exists()  # refused before anything was written
 
 
+SLEEPING_VERL = """\
+#!{python}
+import os, pathlib, time
+pathlib.Path(os.environ["FAKE_VERL_PID_FILE"] + ".tmp").write_text(str(os.getpid()))
+os.replace(os.environ["FAKE_VERL_PID_FILE"] + ".tmp", os.environ["FAKE_VERL_PID_FILE"])
+time.sleep(300)
+"""
+VERL_LAUNCHER = textwrap.dedent("""
+    import sys
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from runners.validate import CONF_DIR, run_dir_of
+    from runners.verl_backend.launch import launch
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=sys.argv[1:])
+    OmegaConf.resolve(cfg)
+    launch(cfg, run_dir_of(cfg))
+""")
+
+
+def test_verl_keeps_the_lock_while_it_runs_even_if_its_launcher_is_killed(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runners.verl_backend import overrides as ovr
+
+    fake = tmp_path / "fake_python"  # a stand-in for verl that only sleeps
+    fake.write_text(SLEEPING_VERL.format(python=sys.executable))
+    fake.chmod(0o755)
+    overrides = ["+experiment=qwen3_4b_sc_repro", "method=pg", f"results_root={tmp_path / 'results'}",
+                 f"data.dir={tmp_path / 'data'}", f"backend.python={fake}"]
+    cfg = composed(overrides)
+    train, evals = ovr.data_files(cfg)
+    for path in (train, *evals):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([{"data_source": "x", "prompt": "x"}]), path)
+    run_dir = validation.run_dir_of(cfg)
+    pid_file = tmp_path / "verl.pid"
+    launcher = subprocess.Popen([sys.executable, "-c", VERL_LAUNCHER, *overrides], cwd=ROOT,
+                                env={**ENV, "FAKE_VERL_PID_FILE": str(pid_file)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    verl_pid = None
+    try:
+        wait_for(pid_file.exists, launcher, "verl's start", limit_s=120)
+        verl_pid = int(pid_file.read_text())
+        assert f"pid {launcher.pid} on host" in (run_lock.holder(run_dir) or "")
+        launcher.kill()
+        launcher.wait()
+        held = run_lock.holder(run_dir)  # verl inherited the locked descriptor
+        assert held is not None and f"pid {launcher.pid} on host" in held and "has exited; a child" in held
+    finally:
+        launcher.kill()
+        if verl_pid is not None:
+            os.kill(verl_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while run_lock.holder(run_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run_lock.holder(run_dir) is None  # gone with verl
+
+
 # -- 2. fault hygiene ---------------------------------------------------------------------------
 def test_killed_attempt_ends_at_its_last_completed_step(tmp_path, monkeypatch):
     clock = iter(f"2026-01-01T00:00:0{i}+00:00" for i in range(10))
