@@ -1,4 +1,4 @@
-"""Analysis of sweeps: run directories (shared/docs/run_contract.md) to comparison tables and figures.
+"""Analysis of sweeps: run directories (docs/run_contract.md) to comparison tables and figures.
 
 One topic per module; importing this package imports none of them (the contract checker stays light):
 

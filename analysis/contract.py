@@ -1,4 +1,4 @@
-"""The run-contract checker: does a run directory hold what ``shared/docs/run_contract.md`` promises?
+"""The run-contract checker: does a run directory hold what ``docs/run_contract.md`` promises?
 
 This module is the one place the contract's rules are written as code. :func:`check_run_dir`
 returns every violation (an empty list means the directory is valid); :func:`read_run` returns

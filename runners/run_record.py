@@ -1,4 +1,4 @@
-"""The run record: ``metrics.json`` of ``shared/docs/run_contract.md`` (schema_version 1).
+"""The run record: ``metrics.json`` of ``docs/run_contract.md`` (schema_version 1).
 
 Both backends write through :class:`RunRecord`, so the file has one shape whoever ran. The file
 is replaced atomically (temporary file in the same folder, then ``os.replace``); a non-finite

@@ -2,7 +2,7 @@
 
 * every arm of ``+experiment=qwen3_4b_sc_repro`` composes into verl's ``ppo_trainer`` and passes
   verl's validator, with the score-centering keys of newer verl checked against the table;
-* the override list carries every setting of the reference table (shared/docs/verl.md), arm by
+* the override list carries every setting of the reference table (docs/verl_reference.md), arm by
   arm (table-driven);
 * ``backend.dry_run=true`` writes the command, overrides and launch script and starts nothing;
 * a real launch of an SC arm on verl 0.9.1 fails at once, naming the verl commit and the install

@@ -1,4 +1,4 @@
-"""verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (shared/docs/run_contract.md).
+"""verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (docs/run_contract.md).
 
 Inputs (paths from :mod:`runners.verl_backend.layout`; the launcher sets the verl keys)::
 
