@@ -58,7 +58,7 @@ def _dataclass_fields(module: str, name: str) -> set[str]:
 
 @lru_cache(maxsize=1)
 def check() -> Support:
-    """Inspect the installed verl (imports it; about 10 s the first time in a process)."""
+    """Inspect the installed verl (imports it: slow the first time in a process)."""
     import verl
 
     missing: list[str] = []
