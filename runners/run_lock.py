@@ -35,6 +35,8 @@ from runners.run_record import utc_now
 
 #: This process's held locks: lock path -> (open descriptor, nesting depth).
 _HELD: dict[Path, list[int]] = {}
+#: Tries of a non-blocking lock, 50 ms apart, before the folder counts as busy (outlasts a probe).
+_TRIES = 6
 
 
 class RunLockError(RuntimeError):
@@ -92,7 +94,7 @@ def holder(run_dir: Path) -> str | None:
         return None
     fd = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: probes never block each other
     except BlockingIOError:
         return _holder_text(path)
     finally:
@@ -130,14 +132,20 @@ def hold(run_dir: Path) -> Iterator[HeldLock]:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-            raise _busy(run_dir, path) from None
-        raise RunLockError(f"cannot lock {path}: {err.strerror}; results_root must be on a file system that "
-                           "supports flock") from err
+    for attempt in range(_TRIES):  # a probe (:func:`holder`) holds the lock for microseconds
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as err:
+            if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES) and attempt < _TRIES - 1:
+                time.sleep(0.05)
+                continue
+            os.close(fd)
+            if err.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise _busy(run_dir, path) from None
+            raise RunLockError(
+                f"cannot lock {path}: {err.strerror}; results_root must be on a file system that supports flock"
+            ) from err
     info = {"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now(),
             "command": " ".join(sys.argv)}
     os.ftruncate(fd, 0)
