@@ -126,6 +126,22 @@ def test_second_launch_on_a_busy_run_folder_fails_at_once_naming_the_holder(tmp_
         assert lock.fileno() == again.fileno()
 
 
+def test_two_launches_of_one_sweep_started_together_run_it_once(tmp_path, cache_dir):
+    args = ["-m", "method=pg,tis", *small(tmp_path, cache_dir, steps=20), "trainer.test_freq=10",
+            "trainer.save_freq=10"]
+    procs = [subprocess.Popen([*LAUNCH, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[1] for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0, 3], outs
+    assert "run folder busy" in outs[codes.index(3)] and "Traceback" not in outs[codes.index(3)]
+    for arm in ("pg", "tis"):
+        run_dir = tmp_path / "embedded_default" / f"{arm}-seed42"
+        attempts = json.loads((run_dir / "metrics.json").read_text())["run"]["attempts"]
+        assert [(a["start_step"], a["end_step"], a["status"]) for a in attempts] == [(0, 20, "finished")]
+        assert check_run_dir(run_dir) == []
+
+
 def test_verl_attempt_takes_the_same_lock(tmp_path):
     from runners.verl_backend import launch as verl_launch
 
