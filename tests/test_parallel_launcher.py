@@ -68,5 +68,6 @@ def test_parallel_sweep_equals_the_serial_one_at_the_same_thread_count(tmp_path)
     for run in ("pg-seed5", "sc_tis-seed5"):
         serial, parallel = tmp_path / "serial" / run, tmp_path / "parallel" / run
         assert len(read_train(serial)) == 3
+        assert "seed 5: a single seed" in (serial / "run.log").read_text()  # the run says it is one seed
         assert read_train(parallel) == read_train(serial), run
         assert (parallel / "val" / "step_000000.jsonl").read_bytes() == (serial / "val" / "step_000000.jsonl").read_bytes()

@@ -270,8 +270,9 @@ class LocalRun:
             raise
         self.record.end_attempt("finished")
         val = self.record.data["val"]
-        log.info("finished: val at step 0 %s, at step %d %s", _val_summary(val[0]), val[-1]["step"],
-                 _val_summary(val[-1]))
+        log.info("finished: val at step 0 %s, at step %d %s (one run, seed %d: a single seed; compare arms "
+                 "over seeds with python -m analysis)", _val_summary(val[0]), val[-1]["step"], _val_summary(val[-1]),
+                 cfg.seed)
 
 
 def _val_summary(row: dict) -> str:
