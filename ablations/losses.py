@@ -53,8 +53,8 @@ def tis_cap(config: Any) -> float:
     behind it on the actor side, so after verl's ``omega_conf_to_dataclass`` it arrives as a plain
     mapping (a ``RolloutCorrectionConfig`` where a caller built one by hand). Both are read.
     """
-    correction = _field(_field(config, "policy_loss"), "rollout_correction")
-    raw = _field(correction, "rollout_is_threshold")
+    correction = config_value(config_value(config, "policy_loss"), "rollout_correction")
+    raw = config_value(correction, "rollout_is_threshold")
     if raw is None:
         raise ValueError(
             "TIS arms read the cap from actor config policy_loss.rollout_correction.rollout_is_threshold, "
@@ -63,13 +63,14 @@ def tis_cap(config: Any) -> float:
     return parse_tis_cap(raw)
 
 
-def _field(node: Any, key: str) -> Any:
-    """``node[key]`` for a mapping, ``node.key`` for an object; None where absent."""
+def config_value(node: Any, key: str, default: Any = None) -> Any:
+    """``node[key]`` for a mapping, ``node.key`` for an object (verl's config dataclasses); ``default``
+    where absent or where ``node`` is None."""
     if node is None:
-        return None
+        return default
     if isinstance(node, Mapping):
-        return node.get(key)
-    return getattr(node, key, None)
+        return node.get(key, default)
+    return getattr(node, key, default)
 
 
 def parse_tis_cap(raw: Any) -> float:

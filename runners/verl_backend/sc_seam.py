@@ -53,19 +53,12 @@ from typing import Any
 
 import torch
 
-from ablations.losses import parse_tis_cap
+from ablations.losses import config_value, parse_tis_cap
 from runners.verl_backend import sc_support
+from runners.verl_backend.overrides import VERL_DEFAULT_IS_THRESHOLD
 
 #: Attribute set on the functions this module installs (makes install() idempotent and testable).
 MARK = "_sc_ablations_seam"
-
-
-def _get(node: Any, key: str, default: Any = None) -> Any:
-    if node is None:
-        return default
-    if hasattr(node, "get"):
-        return node.get(key, default)
-    return getattr(node, key, default)
 
 
 def is_cap_from(config: Any) -> float | None:
@@ -74,13 +67,13 @@ def is_cap_from(config: Any) -> float | None:
     ``config`` is verl's ``ActorConfig``; the keys are ``policy_loss.rollout_correction.*``, the
     same two the project's TIS losses read, so the sampled-token weight and the correction agree.
     """
-    rc = _get(_get(config, "policy_loss"), "rollout_correction")
-    rollout_is = _get(rc, "rollout_is")
+    rc = config_value(config_value(config, "policy_loss"), "rollout_correction")
+    rollout_is = config_value(rc, "rollout_is")
     if rollout_is is None:
         return None
     if rollout_is != "token":
         raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
-    return parse_tis_cap(_get(rc, "rollout_is_threshold", 2.0))
+    return parse_tis_cap(config_value(rc, "rollout_is_threshold", VERL_DEFAULT_IS_THRESHOLD))
 
 
 def _dummy_head(rows: int, k: int, like_ids: torch.Tensor, like_lp: torch.Tensor):
