@@ -1,4 +1,4 @@
-"""Where a run came from: the project version and the hash of its resolved config."""
+"""Where a run came from: the project version, the hash of its resolved config, file hashes."""
 
 from __future__ import annotations
 
@@ -24,3 +24,12 @@ def project_version() -> str:
 
 def config_sha256(config_yaml: str) -> str:
     return hashlib.sha256(config_yaml.encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -27,7 +27,6 @@ procedure; the test suite fails until one does) with one command:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -40,6 +39,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from runners.local.model import build_model, count_parameters
 from runners.local.tokenizer import build_tokenizer
+from runners.provenance import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +52,6 @@ REGENERATE = "python -m runners.local.warmstart --ship"
 
 class BaseModelError(RuntimeError):
     """The shipped base model is missing, incomplete or does not match its manifest."""
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(asset_dir: Path = ASSET_DIR) -> dict[str, Any]:

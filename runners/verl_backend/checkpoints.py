@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import re
 import shutil
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.selection import TEST_SET_SELECTION, best_steps
-from runners.provenance import config_sha256
+from runners.provenance import config_sha256, file_sha256
 from runners.run_record import METRICS_FILE, atomic_write_text
 from runners.verl_backend import layout
 from runners.verl_backend.ingest import versions
@@ -262,14 +261,6 @@ def export_checkpoint(
 
 
 # -- verification ---------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def safetensors_tensors(path: Path) -> dict[str, tuple[str, list[int]]]:
     """``name -> (dtype, shape)`` of every tensor in a ``.safetensors`` file, from its header only."""
     from safetensors import SafetensorError, safe_open
@@ -378,7 +369,7 @@ def verify_export(
         "source": source,
         "format": "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)",
         "files": [
-            {"path": r, "bytes": p.stat().st_size, "sha256": _sha256(p)}
+            {"path": r, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
             for r, p in zip(rel, files, strict=True)
         ],
         **summary,
