@@ -57,35 +57,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
-METRICS_FILE = "metrics.json"
-CONFIG_FILE = "config.yaml"
-VAL_DIR = "val"
-RUN_STATUSES = ("running", "finished", "failed")
-KNOWN_METHODS = ("pg", "tis", "sc", "sc_tis")
-
-EVERY_ARM_TRAIN_METRICS = (
-    "critic/score/mean",
-    "response_length/mean",
-    "response/truncation_ratio",
-    "batch/zero_variance_group_ratio",
-    "actor/entropy",
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "actor/ppo_kl",
-    "training/off_policy/trajectory_staleness/mean",
-    "training/off_policy/evicted_samples",
-    "timing_s/step",
-    "timing_s/gen",
-    "timing_s/update_actor",
+from runners.run_contract import (  # noqa: F401 - the contract's names, re-exported for analysis
+    CONFIG_FILE,
+    EVERY_ARM_TRAIN_METRICS,
+    KNOWN_METHODS,
+    METRICS_FILE,
+    REPEAT_DIR_RE,
+    RUN_STATUSES,
+    SAMPLE_FIELDS,
+    SC_TRAIN_METRICS,
+    SCHEMA_VERSION,
+    TIS_TRAIN_METRICS,
+    VAL_CORE_RE,
+    VAL_DIR,
+    VAL_FILE_RE,
+    repeat_dir_name,
+    sample_problems,
+    val_file_name,
+    val_metric_names,
 )
-TIS_TRAIN_METRICS = ("actor/tis_clip_fraction", "actor/tis_weight_mean")
-SC_TRAIN_METRICS = ("actor/sc_correction", "actor/sc_sampler_head_mass", "actor/sc_train_head_mass")
 
-VAL_CORE_RE = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
-VAL_FILE_RE = re.compile(r"^step_(?P<step>\d{6})\.jsonl$")
-REPEAT_DIR_RE = re.compile(r"^repeat_(?P<repeat>\d{2,})$")
-SAMPLE_FIELDS = ("data_source", "problem_id", "sample", "score", "acc", "response_length", "truncated")
 ACC_TOLERANCE = 1e-6
 MAX_EXAMPLES = 3  # examples listed per kind of line error in one file; the rest are counted
 
@@ -108,23 +99,6 @@ def required_train_metrics(method: str) -> tuple[str, ...]:
     if is_sc_arm(method):
         names += SC_TRAIN_METRICS
     return tuple(names)
-
-
-def val_file_name(step: int) -> str:
-    """``val/step_NNNNNN.jsonl`` name of the evaluation at ``step`` (six digits, zero padded)."""
-    return f"step_{step:06d}.jsonl"
-
-
-def repeat_dir_name(repeat: int) -> str:
-    """``val/repeat_RR`` folder of repeated evaluation ``repeat`` >= 1 (two digits at least)."""
-    if repeat < 1:
-        raise ValueError(f"repeat {repeat}: repeated evaluations are numbered from 1 (0 is the main val file)")
-    return f"repeat_{repeat:02d}"
-
-
-def val_metric_names(ds: str, n: int) -> tuple[str, str, str]:
-    """The three val metric names the contract requires per evaluation set."""
-    return (f"val-core/{ds}/acc/mean@{n}", f"val-aux/{ds}/response_length/mean", f"val-aux/{ds}/truncation_ratio")
 
 
 @dataclass
@@ -380,8 +354,6 @@ def _read_val_file(path: Path, step: int, issues: _Issues) -> ValFile | None:
         issues.add(path, f"cannot read: {e}")
         return None
     cols: dict[str, list[Any]] = {f: [] for f in SAMPLE_FIELDS}
-    ds_col, pid_col, sample_col = cols["data_source"], cols["problem_id"], cols["sample"]
-    score_col, acc_col, len_col, trunc_col = cols["score"], cols["acc"], cols["response_length"], cols["truncated"]
     loads = json.loads
     n_lines = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -400,38 +372,13 @@ def _read_val_file(path: Path, step: int, issues: _Issues) -> ValFile | None:
         if missing:
             issues.line(path, "missing fields", lineno, ", ".join(missing))
             continue
-        ds, pid, sample = obj["data_source"], obj["problem_id"], obj["sample"]
-        score, acc, length, trunc = obj["score"], obj["acc"], obj["response_length"], obj["truncated"]
-        ok = True
-        if not isinstance(ds, str) or not ds:
-            issues.line(path, "data_source must be a non-empty string", lineno, repr(ds))
-            ok = False
-        if not isinstance(pid, str) or not pid:
-            issues.line(path, "problem_id must be a non-empty string", lineno, repr(pid))
-            ok = False
-        if not _is_int(sample) or sample < 0:
-            issues.line(path, "sample must be an integer >= 0", lineno, repr(sample))
-            ok = False
-        if not _finite_or_null(score):
-            issues.line(path, "score must be a finite number or null", lineno, repr(score))
-            ok = False
-        if isinstance(acc, bool) or acc not in (0, 1):
-            issues.line(path, "acc must be 0 or 1", lineno, repr(acc))
-            ok = False
-        if not _finite_or_null(length) or (length is not None and length < 0):
-            issues.line(path, "response_length must be a number >= 0 or null", lineno, repr(length))
-            ok = False
-        if not isinstance(trunc, bool):
-            issues.line(path, "truncated must be true or false", lineno, repr(trunc))
-            ok = False
-        if ok:
-            ds_col.append(ds)
-            pid_col.append(pid)
-            sample_col.append(sample)
-            score_col.append(score)
-            acc_col.append(int(acc))
-            len_col.append(length)
-            trunc_col.append(trunc)
+        wrong = sample_problems(obj)
+        for name, kind in wrong:
+            issues.line(path, kind, lineno, repr(obj[name]))
+        if not wrong:
+            for f in SAMPLE_FIELDS:
+                cols[f].append(obj[f])
+    cols["acc"] = [int(a) for a in cols["acc"]]
     if n_lines == 0:
         issues.add(path, "no samples (the file is empty)")
     return ValFile(path=path, step=step, columns=cols)

@@ -26,16 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.contract import (
-    CONFIG_FILE,
-    KNOWN_METHODS,
-    METRICS_FILE,
-    VAL_DIR,
-    RunData,
-    describe_problem_diff,
-    read_run,
-    val_file_name,
-)
+from analysis.contract import RunData, describe_problem_diff, read_run
+from runners import run_contract
+from runners.run_contract import CONFIG_FILE, KNOWN_METHODS, METRICS_FILE, VAL_DIR
 
 REPORT_DIR = "report"
 
@@ -288,4 +281,4 @@ def correct_matrix(counts: pd.DataFrame, columns: pd.MultiIndex, repeat: int = 0
 
 def val_path(sweep: Sweep, run: str, step: int) -> Path:
     """The jsonl file of ``run``'s evaluation at ``step``."""
-    return Path(sweep.runs.at[run, "path"]) / VAL_DIR / val_file_name(step)
+    return run_contract.val_path(Path(sweep.runs.at[run, "path"]), step)

@@ -1,6 +1,7 @@
 """The run record: ``metrics.json`` of ``docs/run_contract.md`` (schema_version 1).
 
-Both backends write through :class:`RunRecord`, so the file has one shape whoever ran. The file
+Both backends write through :class:`RunRecord`, so the file has one shape whoever ran; the shape
+itself (version, skeleton, names) is :mod:`runners.run_contract`'s. The file
 is replaced atomically (temporary file in the same folder, then ``os.replace``); a non-finite
 number is written as ``null`` and reported through the ``runners.run_record`` logger.
 
@@ -24,8 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-SCHEMA_VERSION = 1
-METRICS_FILE = "metrics.json"
+from runners.run_contract import METRICS_FILE, SCHEMA_VERSION, new_record
 
 log = logging.getLogger(__name__)
 
@@ -140,24 +140,8 @@ class RunRecord:
             data["run"]["config_sha256"] = config_sha256  # the config.yaml the run now has
             data["run"]["versions"] = versions
             return cls(path, data)
-        data = {
-            "schema_version": SCHEMA_VERSION,
-            "run": {
-                "name": name,
-                "method": method,
-                "seed": seed,
-                "backend": backend,
-                "status": "running",
-                "total_steps": total_steps,
-                "last_step": 0,
-                "attempts": [],
-                "config_sha256": config_sha256,
-                "versions": versions,
-            },
-            "train": [],
-            "val": [],
-        }
-        return cls(path, data)
+        return cls(path, new_record(name=name, method=method, seed=seed, backend=backend, total_steps=total_steps,
+                                    config_sha256=config_sha256, versions=versions))
 
     # -- attempts ---------------------------------------------------------------------------
     def start_attempt(self, start_step: int) -> None:

@@ -8,13 +8,12 @@ evaluates a step exactly as an uninterrupted one would.
 ``eval.repeats`` = R >= 1 (default 1): the same checkpoint is evaluated R times. Repeat 0 is
 ``val/step_NNNNNN.jsonl`` with the stream above (so R = 1 is the run without repeats, byte for
 byte) and alone feeds ``metrics.json``; repeat r >= 1 is ``val/repeat_RR/step_NNNNNN.jsonl``
-(run contract, ``analysis.contract``) with a stream seeded by ``SeedSequence([seed, step, r])``.
+(run contract, :mod:`runners.run_contract`) with a stream seeded by ``SeedSequence([seed, step, r])``.
 The analysis turns the repeats into a test-retest band (``analysis.tables.retest_table``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +22,11 @@ from omegaconf import DictConfig
 
 from runners.local.sampler import Sampler
 from runners.local.task import ArithmeticTask, prompt_token_ids
+from runners.run_contract import sample_line, val_metrics, val_path
 from runners.run_record import atomic_write_text
 
-
-def val_file(run_dir: Path, step: int, repeat: int = 0) -> Path:
-    """``val/step_NNNNNN.jsonl`` (repeat 0) or ``val/repeat_RR/step_NNNNNN.jsonl`` (repeat r >= 1)."""
-    name = f"step_{step:06d}.jsonl"
-    return Path(run_dir) / "val" / (name if repeat == 0 else f"repeat_{repeat:02d}/{name}")
+#: ``val/step_NNNNNN.jsonl`` (repeat 0) or ``val/repeat_RR/step_NNNNNN.jsonl`` (repeat r >= 1).
+val_file = val_path
 
 
 def eval_repeats(cfg: DictConfig) -> int:
@@ -53,26 +50,20 @@ def _evaluate_once(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step
     n = int(cfg.eval.n)
     tok = sampler.tokenizer
     cap = int(cfg.rollout.max_response_length)
-    lines, metrics = [], {"step": step}
+    by_set: dict[str, list[dict]] = {}
     for data_source, problems in task.eval_sets().items():
         rollout = sampler.generate([prompt_token_ids(tok, p) for p in problems], n, cap,
                                    float(cfg.eval.temperature), generator)
         lengths = rollout.response_mask.sum(-1).long().tolist()
-        accs, truncs = [], []
+        samples = by_set[data_source] = []
         for row, (ids, length) in enumerate(zip(rollout.response_ids.tolist(), lengths, strict=True)):
             problem = problems[row // n]
             score, acc = task.score(tok.decode(ids[:length], skip_special_tokens=True), problem)
-            truncated = bool(rollout.truncated[row])
-            lines.append(json.dumps({
-                "data_source": data_source, "problem_id": problem.problem_id, "sample": row % n,
-                "score": score, "acc": acc, "response_length": length, "truncated": truncated,
-            }))
-            accs.append(acc)
-            truncs.append(truncated)
-        metrics[f"val-core/{data_source}/acc/mean@{n}"] = sum(accs) / len(accs)
-        metrics[f"val-aux/{data_source}/response_length/mean"] = sum(lengths) / len(lengths)
-        metrics[f"val-aux/{data_source}/truncation_ratio"] = sum(truncs) / len(truncs)
-    return lines, metrics
+            samples.append({"data_source": data_source, "problem_id": problem.problem_id, "sample": row % n,
+                            "score": score, "acc": acc, "response_length": length,
+                            "truncated": bool(rollout.truncated[row])})
+    lines = [sample_line(x) for samples in by_set.values() for x in samples]
+    return lines, {"step": step, **val_metrics(by_set, n)}
 
 
 def evaluate(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int, run_dir: Path) -> dict:

@@ -82,7 +82,6 @@ import datetime as dt
 import json
 import logging
 import math
-import re
 import sys
 import time
 from collections import defaultdict
@@ -91,16 +90,24 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from analysis.contract import SC_TRAIN_METRICS, TIS_TRAIN_METRICS, VAL_CORE_RE
 from runners.provenance import config_sha256, project_version
-from runners.run_record import METRICS_FILE, RunRecord, atomic_write_text
+from runners.run_contract import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    SC_TRAIN_METRICS,
+    TIS_TRAIN_METRICS,
+    VAL_CORE_RE,
+    VAL_FILE_RE,
+    sample_line,
+    val_metrics,
+    val_path,
+)
+from runners.run_record import RunRecord, atomic_write_text
 from runners.verl_backend import layout
 
 log = logging.getLogger(__name__)
 
 VAL_PREFIX = "val-"
-VAL_DIR = "val"
-ROLLOUT_DUMP = "rollouts"
 ENTROPY_SOURCES = ("actor/entropy", "actor/entropy_loss")
 TRAIN_DIRECT = (
     "critic/score/mean",
@@ -113,12 +120,9 @@ TRAIN_DIRECT = (
     "timing_s/gen",
     "timing_s/update_actor",
 )
-TIS_METRICS = TIS_TRAIN_METRICS
-SC_METRICS = SC_TRAIN_METRICS
 EVICTED = "training/off_policy/evicted_samples"
 TRUNCATION = "response/truncation_ratio"
 ZERO_VARIANCE = "batch/zero_variance_group_ratio"
-_VAL_CORE_ACC = VAL_CORE_RE
 
 
 class IngestError(RuntimeError):
@@ -168,7 +172,7 @@ class RunSpec:
 
 
 def load_config(run_dir: Path) -> Any:
-    path = Path(run_dir) / "config.yaml"
+    path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise IngestError(f"{path}: missing (the launcher writes the resolved config there)")
     from omegaconf import OmegaConf
@@ -287,36 +291,13 @@ def _number(value: Any) -> float | int | None:
     return None
 
 
-@dataclass
-class ValSample:
-    data_source: str
-    problem_id: str
-    sample: int
-    score: float | None
-    acc: int
-    response_length: int
-    truncated: bool
-
-    def as_json(self) -> str:
-        return json.dumps(
-            {
-                "data_source": self.data_source,
-                "problem_id": self.problem_id,
-                "sample": self.sample,
-                "score": self.score,
-                "acc": self.acc,
-                "response_length": self.response_length,
-                "truncated": self.truncated,
-            }
-        )
-
-
 class IncompleteDump(IngestError):
     """A validation dump that is missing, torn or lacks samples (may still be being written)."""
 
 
-def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[ValSample]:
-    """One verl validation dump as contract samples; :class:`IncompleteDump` when not complete."""
+def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[dict[str, Any]]:
+    """One verl validation dump as contract samples (val-line dicts, by problem id and sample);
+    :class:`IncompleteDump` when not complete."""
     if not path.is_file():
         raise IncompleteDump(f"{path}: missing (is trainer.validation_data_dir set to this folder?)")
     sessions: dict[tuple[str, str, str], tuple[int, int, dict]] = {}
@@ -372,32 +353,18 @@ def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[ValSampl
                 if acc is not None
                 else (1 if float(e.get("score", -1)) > 0 else 0)
             )
-            samples.append(
-                ValSample(
-                    data_source=str(e["data_source"]),
-                    problem_id=pid,
-                    sample=rank,
-                    score=_number(e.get("score")),
-                    acc=acc,
-                    response_length=length,
-                    truncated=length >= cap,
-                )
-            )
+            samples.append({"data_source": str(e["data_source"]), "problem_id": pid, "sample": rank,
+                            "score": _number(e.get("score")), "acc": acc, "response_length": length,
+                            "truncated": length >= cap})
     return samples
 
 
-def val_summary(samples: list[ValSample]) -> dict[str, float]:
-    """The contract's three per-set metrics from the samples of one evaluation."""
-    by_set: dict[str, list[ValSample]] = defaultdict(list)
-    for s in samples:
-        by_set[s.data_source].append(s)
-    n = max(s.sample for s in samples) + 1
-    out: dict[str, float] = {}
-    for ds, items in sorted(by_set.items()):
-        out[f"val-core/{ds}/acc/mean@{n}"] = sum(s.acc for s in items) / len(items)
-        out[f"val-aux/{ds}/response_length/mean"] = sum(s.response_length for s in items) / len(items)
-        out[f"val-aux/{ds}/truncation_ratio"] = sum(s.truncated for s in items) / len(items)
-    return out
+def val_summary(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """The contract's three per-set metrics (sets in name order) from the samples of one evaluation."""
+    by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for x in samples:
+        by_set[x["data_source"]].append(x)
+    return val_metrics(dict(sorted(by_set.items())), max(x["sample"] for x in samples) + 1)
 
 
 def zero_variance_from_rollouts(path: Path) -> float | None:
@@ -449,10 +416,10 @@ def train_row(
     if ZERO_VARIANCE not in data:
         row[ZERO_VARIANCE] = zero_variance_from_rollouts(rollout_dir / f"{step}.jsonl")
     if "tis" in spec.method:
-        for name in TIS_METRICS:
+        for name in TIS_TRAIN_METRICS:
             row.setdefault(name, None)
     if "sc" in spec.method:
-        for name in SC_METRICS:
+        for name in SC_TRAIN_METRICS:
             row.setdefault(name, None)
     for name, value in row.items():
         if value is None and name != "step":
@@ -559,7 +526,7 @@ def ingest_run(
     run_dir = Path(run_dir).resolve()
     cfg = load_config(run_dir) if cfg is None else cfg
     spec = RunSpec.from_cfg(cfg, run_dir)
-    config_file = run_dir / "config.yaml"
+    config_file = run_dir / CONFIG_FILE
     sha = config_sha256(config_file.read_text() if config_file.is_file() else _config_text(cfg))
     numbers = layout.attempts(run_dir)
     logs = [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in numbers]
@@ -578,7 +545,7 @@ def ingest_run(
             previous = None
     run_status = _status(status, previous, len(logs), last, spec.total_steps)
 
-    rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else layout.verl_dir(run_dir) / ROLLOUT_DUMP
+    rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else layout.rollout_dump_dir(run_dir)
     missing: dict[str, list[int]] = defaultdict(list)
     rows = [train_row(s, train[s], spec, rollout_dir, missing) for s in sorted(train)]
     for name, steps in missing.items():
@@ -606,7 +573,7 @@ def ingest_run(
         summary = val_summary(samples)
         logged = val_logged[s]
         for key, value in summary.items():
-            m = _VAL_CORE_ACC.match(key)
+            m = VAL_CORE_RE.match(key)
             if m and _number(logged.get(key)) is not None and abs(logged[key] - value) > 1e-6:
                 log.warning(
                     "step %d: verl logged %s = %s, the dump gives %s (dump used)", s, key, logged[key], value
@@ -615,7 +582,7 @@ def ingest_run(
         row.update({k: v for k, v in sorted(logged.items()) if isinstance(v, int | float | type(None))})
         row.update(summary)
         val_rows.append(row)
-        val_files[s] = "".join(x.as_json() + "\n" for x in samples)
+        val_files[s] = "".join(sample_line(x) + "\n" for x in samples)
 
     record = RunRecord.open(
         run_dir,
@@ -639,14 +606,13 @@ def ingest_run(
 
     # order for readers watching the run: a val row appears only after its file, and a file goes
     # only after the record that referenced it is replaced
-    out_dir = run_dir / VAL_DIR
-    out_dir.mkdir(exist_ok=True)
+    val_path(run_dir, 0).parent.mkdir(exist_ok=True)
     for s, text in val_files.items():
-        _write_if_changed(out_dir / f"step_{s:06d}.jsonl", text)
+        _write_if_changed(val_path(run_dir, s), text)
     record.save()
-    for stale in out_dir.glob("step_*.jsonl"):
-        m = re.fullmatch(r"step_(\d+)\.jsonl", stale.name)
-        if m and int(m.group(1)) > last:
+    for stale in val_path(run_dir, 0).parent.glob("step_*.jsonl"):
+        m = VAL_FILE_RE.match(stale.name)
+        if m and int(m["step"]) > last:
             stale.unlink()  # an evaluation of a trajectory a resume discarded
     return record.path
 
