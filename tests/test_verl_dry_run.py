@@ -31,8 +31,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners import verl_backend
-from runners.verl_backend import checks, dry_run, launch, layout, newer_keys, sc_seam, sc_support
+from runners.verl_backend import checks, dry_run, launch, layout, sc_seam
 from runners.verl_backend import overrides as ovr
+from runners.verl_backend import revisions as rev
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -200,7 +201,7 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
         assert got[f"{ALG_RC}.score_centering"] is True
         assert got[f"{ACT_RC}.score_centering"] is True
     else:
-        assert not any(k in got for k in newer_keys.BY_KEY)
+        assert not any(k in got for k in rev.BY_KEY)
 
     env = got["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]
     assert env == str(layout.AttemptPaths(run_dir, 1).file_logger)
@@ -238,11 +239,11 @@ def test_every_arm_composes_and_validates_against_installed_verl(tmp_path, arm):
     assert verl_cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ARM[arm][0]
     rows = {r["key"]: r for r in report["newer_keys"]}
     if arm in SC_ARMS:
-        assert set(rows) == set(newer_keys.BY_KEY)
-        expect = "native" if sc_support.supported() else "table"
+        assert set(rows) == set(rev.BY_KEY)
+        expect = "native" if rev.supported() else "table"
         assert all(r["status"] == expect for r in rows.values())
-        if not sc_support.supported():
-            assert any(sc_support.REQUIRED_COMMIT in n for n in report["notes"])
+        if not rev.supported():
+            assert any(rev.REQUIRED_COMMIT in n for n in report["notes"])
     else:
         assert rows == {}
 
@@ -320,8 +321,8 @@ def test_dry_run_checks_the_data_sources_of_existing_files(tmp_path):
 
 def test_newer_key_table_is_documented():
     doc = (REPO / "docs" / "verl_reference.md").read_text()
-    assert newer_keys.markdown_table() in doc
-    assert sc_support.REQUIRED_COMMIT in doc and sc_support.INSTALL_COMMAND.split(" && ")[1] in doc
+    assert rev.markdown_table() in doc
+    assert rev.REQUIRED_COMMIT in doc and rev.INSTALL_COMMAND.split(" && ")[1] in doc
 
 
 # -- validate(): before any compute -----------------------------------------------------------------
@@ -359,28 +360,28 @@ def test_validate_requires_data_files_for_a_real_launch(tmp_path):
     verl_backend.validate(cfg)  # PG runs on verl 0.9.1
 
 
-@pytest.mark.skipif(sc_support.supported(), reason="the installed verl supports score centering")
+@pytest.mark.skipif(rev.supported(), reason="the installed verl supports score centering")
 @pytest.mark.parametrize("arm", SC_ARMS)
 def test_sc_launch_on_old_verl_fails_at_once_naming_commit_and_install(tmp_path, arm, monkeypatch):
     cfg = project_cfg(tmp_path, method=arm)
     write_data(cfg)
     for step in (verl_backend.validate, lambda c: verl_backend.run(c, run_dir_of(c))):
         monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("verl was started"))
-        with pytest.raises(sc_support.ScoreCenteringUnsupported) as err:
+        with pytest.raises(rev.ScoreCenteringUnsupported) as err:
             step(cfg)
-        assert sc_support.REQUIRED_COMMIT in str(err.value)
-        assert sc_support.INSTALL_COMMAND in str(err.value)
+        assert rev.REQUIRED_COMMIT in str(err.value)
+        assert rev.INSTALL_COMMAND in str(err.value)
     assert not layout.attempts(run_dir_of(cfg))
 
 
-@pytest.mark.skipif(sc_support.supported(), reason="the installed verl supports score centering")
+@pytest.mark.skipif(rev.supported(), reason="the installed verl supports score centering")
 def test_sc_hook_stops_every_verl_process_on_old_verl():
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": ovr.SC_HOOK_MODULE}
     proc = subprocess.run(
         [sys.executable, "-c", "import verl"], env=env, capture_output=True, text=True, cwd=REPO
     )
     assert proc.returncode != 0
-    assert "ScoreCenteringUnsupported" in proc.stderr and sc_support.REQUIRED_COMMIT in proc.stderr
+    assert "ScoreCenteringUnsupported" in proc.stderr and rev.REQUIRED_COMMIT in proc.stderr
 
 
 # -- a real launch, with a stand-in for verl -------------------------------------------------------
@@ -524,27 +525,27 @@ def test_install_routes_verls_loss_to_the_project_processor(actor_config):
 def test_install_refuses_a_changed_seam():
     sc = fake_verl_modules()
     sc.score_centering_ppo_loss = lambda config, **kw: "inlined"  # no longer calls the processor by name
-    with pytest.raises(sc_support.ScoreCenteringUnsupported, match="seam changed"):
+    with pytest.raises(rev.ScoreCenteringUnsupported, match="seam changed"):
         sc_seam.install(sc)
     del sc.score_centering_logits_processor
-    with pytest.raises(sc_support.ScoreCenteringUnsupported, match="lacks"):
+    with pytest.raises(rev.ScoreCenteringUnsupported, match="lacks"):
         sc_seam.install(sc)
 
 
-@pytest.mark.skipif(sc_support.supported(), reason="the installed verl supports score centering")
+@pytest.mark.skipif(rev.supported(), reason="the installed verl supports score centering")
 def test_install_on_old_verl_raises_the_clear_error():
-    with pytest.raises(sc_support.ScoreCenteringUnsupported, match=sc_support.REQUIRED_COMMIT):
+    with pytest.raises(rev.ScoreCenteringUnsupported, match=rev.REQUIRED_COMMIT):
         sc_seam.install()
 
 
 @pytest.mark.skipif(
-    not sc_support.supported(), reason="needs verl with score-centering support (GPU install)"
+    not rev.supported(), reason="needs verl with score-centering support (GPU install)"
 )
 def test_install_on_supporting_verl_patches_the_real_seam():
     import importlib
 
     sc_seam.install()
-    module = importlib.import_module(sc_support.SEAM_MODULE)
+    module = importlib.import_module(rev.SEAM_MODULE)
     assert module.score_centering_logits_processor is sc_seam.project_logits_processor
 
 
@@ -570,7 +571,7 @@ def test_slurm_launcher_config_composes(tmp_path):
 def test_default_threshold_is_verls():
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
 
-    assert RolloutCorrectionConfig().rollout_is_threshold == ovr.VERL_DEFAULT_IS_THRESHOLD
+    assert RolloutCorrectionConfig().rollout_is_threshold == rev.DEFAULT_IS_THRESHOLD
 
 
 def test_checks_module_lists_match_verl():

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from runners.verl_backend import overrides as ovr
+from runners.verl_backend import revisions as rev
 
 TRAINER_MODES = ("separate_async",)
 OFF_POLICY_STRATEGIES = ("drop", "wait")
@@ -85,9 +86,7 @@ def _check_method(cfg: DictConfig) -> None:
     if loss_mode not in arms:
         _fail("method.loss_mode", loss_mode, f"a registered project arm, one of {sorted(arms)}")
     sc = _bool(cfg, "method.score_centering")
-    from runners.verl_backend.newer_keys import loss_takes_sc_correction
-
-    takes = loss_takes_sc_correction(loss_mode)
+    takes = rev.loss_takes_sc_correction(loss_mode)
     if sc != takes:
         raise ValueError(
             f"method.score_centering={sc} does not fit method.loss_mode={loss_mode!r}, which "
@@ -98,30 +97,9 @@ def _check_method(cfg: DictConfig) -> None:
         _fail("method.tis_cap", cap, "null (no TIS) or a number > 0")
     if sc:
         _int(cfg, "method.top_k", 1)
-        if float(_value(cfg, "rollout.top_p")) != 1.0:
-            _fail(
-                "rollout.top_p",
-                _value(cfg, "rollout.top_p"),
-                "1.0 for score centering (the head needs the full distribution)",
-            )
-        if int(_value(cfg, "rollout.top_k")) != -1:
-            _fail(
-                "rollout.top_k",
-                _value(cfg, "rollout.top_k"),
-                "-1 for score centering (the head needs the full distribution)",
-            )
-        if _value(cfg, "backend.rollout_engine.logprobs_mode") != "processed_logprobs":
-            _fail(
-                "backend.rollout_engine.logprobs_mode",
-                _value(cfg, "backend.rollout_engine.logprobs_mode"),
-                "processed_logprobs for score centering (the sampled distribution)",
-            )
-        if not _bool(cfg, "backend.actor.remove_padding"):
-            _fail(
-                "backend.actor.remove_padding",
-                False,
-                "true for score centering (verl's slot needs the packed layout)",
-            )
+        for req in (r for r in rev.SC_REQUIRES if r.project):  # the verl keys the project sets
+            if not req.allows(value := _value(cfg, req.project)):
+                _fail(req.project, value, f"{rev.as_text(req.want)} for score centering ({req.why})")
 
 
 def _check_schedule(cfg: DictConfig) -> None:
@@ -245,6 +223,4 @@ def validate(cfg: DictConfig) -> None:
     _check_data(cfg, dry_run=dry_run)
     _check_method(cfg)
     if ovr.is_score_centering(cfg) and not dry_run:
-        from runners.verl_backend import sc_support
-
-        sc_support.require(f"method={cfg.method.name} (score centering)")
+        rev.require(f"method={cfg.method.name} (score centering)")

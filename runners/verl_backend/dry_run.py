@@ -13,8 +13,11 @@ The check runs in a fresh Python process with the launch's own environment
 the project's losses register, and on a verl with score-centering support the seam installs. It
 composes ``ppo_trainer`` offline (``hydra.initialize_config_module("verl.trainer.config")``), runs
 verl's ``validate_config`` and its dataclass conversions, checks that the loss is registered and
-that the V1 ``separate_async`` launch shape holds, and checks keys that exist only in newer verl
-against :mod:`runners.verl_backend.newer_keys` instead of composing them. No Ray, no GPU.
+that the V1 ``separate_async`` launch shape holds. Keys that exist only in newer verl
+(:data:`~runners.verl_backend.revisions.NEWER_KEYS`) are kept out of the composition where the
+installed verl lacks them (composed like any other key where it has them) and checked against the
+table, and the whole score-centering setting against the rules newer verl itself enforces
+(:data:`~runners.verl_backend.revisions.SC_REQUIRES`, adapted to the project's losses). No Ray, no GPU.
 
 ``python -m runners.verl_backend.dry_run <request.json>`` is that checking process.
 """
@@ -30,10 +33,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runners.verl_backend import launch, layout
 from runners.verl_backend import overrides as ovr
+from runners.verl_backend import revisions as rev
 
 REPORT = "report.json"
 
@@ -139,6 +143,82 @@ def _data_problems(cfg: DictConfig) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
+def split(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``(composable, deferred)``: the newer keys the installed verl lacks are deferred (``{key: value}``)."""
+    native: list[str] = []
+    deferred: dict[str, Any] = {}
+    for item in overrides:
+        key, value, _ = ovr.parse(item)
+        if key in rev.BY_KEY and not rev.known(rev.BY_KEY[key]):
+            deferred[key] = value
+        else:
+            native.append(item)
+    return native, deferred
+
+
+def with_deferred(cfg: DictConfig, deferred: dict[str, Any]) -> DictConfig:
+    """A copy of the composed verl config with the deferred values set (for the table checks)."""
+    view = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(view):
+        for key, value in deferred.items():
+            OmegaConf.update(view, key, value, force_add=True)
+    return view
+
+
+def score_centering_problems(cfg: DictConfig) -> list[str]:
+    """What newer verl (plus the project's seam) would reject in this score-centering setting."""
+    get = lambda key, absent=None: OmegaConf.select(cfg, key, default=absent)  # noqa: E731
+    on = [bool(get(key, False)) for key in (rev.DRIVER_SC_KEY, rev.ACTOR_SC_KEY)]
+    if not any(on):
+        return []
+    problems = [] if all(on) else [f"score centering must be on in both {rev.DRIVER_SC_KEY} and {rev.ACTOR_SC_KEY}"]
+    topk = get(rev.TOPK_KEY, 0)
+    if not rev.BY_KEY[rev.TOPK_KEY].value_ok(topk):
+        problems.append(f"{rev.TOPK_KEY} must be an integer >= 1, got {topk!r}")
+    for req in rev.SC_REQUIRES:
+        if not req.allows(got := get(req.key, req.absent)):
+            problems.append(f"score centering needs {req.key} {req.wanted()}, got {got!r} ({req.why})")
+    for name in rev.SC_SIDES_AGREE:  # compared as written: a key set on one side only is a mismatch
+        a, b = get(f"{rev.ACTOR_RC}.{name}"), get(f"{rev.DRIVER_RC}.{name}")
+        if a != b:
+            problems.append(
+                f"score centering requires {rev.ACTOR_RC}.{name} ({a!r}) to match {rev.DRIVER_RC}.{name} ({b!r})"
+            )
+    if get(f"{rev.DRIVER_RC}.rollout_is") == "token":
+        threshold = get(f"{rev.DRIVER_RC}.rollout_is_threshold", rev.DEFAULT_IS_THRESHOLD)
+        try:
+            ok = float(threshold) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            problems.append(
+                f"the project's SC+TIS correction needs a single TIS cap > 0 in "
+                f"{rev.DRIVER_RC}.rollout_is_threshold, got {threshold!r}"
+            )
+    loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")
+    if loss_mode != "bypass_mode" and not rev.loss_takes_sc_correction(str(loss_mode)):
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss "
+            "that takes sc_correction"
+        )
+    return problems
+
+
+def newer_key_rows(overrides: list[str], deferred: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per newer key set (key, value, since, status: "table" when the installed verl lacks
+    it, "native" when it was composed), and the values the table does not allow."""
+    rows, problems = [], []
+    for item in overrides:
+        key, value, _ = ovr.parse(item)
+        entry = rev.BY_KEY.get(key)
+        if entry is None:
+            continue
+        if not entry.value_ok(value):
+            problems.append(f"{key}={value!r}: allowed {entry.allowed}")
+        rows.append({"key": key, "value": value, "since": entry.since, "status": "table" if key in deferred else "native"})
+    return rows, problems
+
+
 def loss_call_problems(cfg: DictConfig, view: DictConfig) -> list[str]:
     """Call the arm's registered loss once, the way verl's worker does, on a 1 x 3 dummy batch.
 
@@ -154,8 +234,7 @@ def loss_call_problems(cfg: DictConfig, view: DictConfig) -> list[str]:
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     actor.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=1, loss_scale_factor=None)
     log_prob = torch.zeros(1, 3, requires_grad=True)
-    sc_key = "actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering"
-    kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, sc_key) else {}
+    kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, rev.ACTOR_SC_KEY) else {}
     try:
         loss, _ = get_policy_loss_fn(actor.policy_loss.loss_mode)(
             old_log_prob=torch.full((1, 3), -0.5), log_prob=log_prob, advantages=torch.ones(1, 3),
@@ -181,17 +260,15 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from runners.verl_backend import newer_keys, sc_seam, sc_support
+    from runners.verl_backend import sc_seam
 
-    support = sc_support.check()
+    support = rev.check()
     notes: list[str] = []
     if score_centering and support.ok:
-        importlib.import_module(
-            ovr.SC_HOOK_MODULE
-        )  # installs the seam, as at the real driver's `import verl`
+        importlib.import_module(ovr.SC_HOOK_MODULE)  # installs the seam, as at the real driver's `import verl`
     elif score_centering:
         notes.append("a real launch of this arm fails on this verl: " + support.message())
-    native, deferred = newer_keys.split(overrides)
+    native, deferred = split(overrides)
     cfg = compose_verl(native)
     problems: list[str] = []
     try:
@@ -211,16 +288,13 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             f"process (registered project arms: {arms}); is the `ablations` plug-in installed?"
         )
     else:
-        problems += loss_call_problems(cfg, view=newer_keys.with_deferred(cfg, deferred))
+        problems += loss_call_problems(cfg, view=with_deferred(cfg, deferred))
     problems += launch_shape_problems(cfg)
     data_problems, data_notes = _data_problems(cfg)
     problems += data_problems
     notes += data_notes
-    try:
-        newer = newer_keys.check(cfg, overrides, deferred)
-    except ValueError as err:
-        problems.append(str(err))
-        newer = []
+    newer, table_problems = newer_key_rows(overrides, deferred)
+    problems += table_problems + score_centering_problems(with_deferred(cfg, deferred))
     if problems:
         raise ValueError("dry run against the installed verl failed:\n  - " + "\n  - ".join(problems))
     return {

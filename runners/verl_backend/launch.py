@@ -144,9 +144,9 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
 
 def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     if ovr.is_score_centering(cfg):
-        from runners.verl_backend import sc_support
+        from runners.verl_backend import revisions
 
-        sc_support.require(f"method={cfg.method.name} (score centering)")  # before anything starts
+        revisions.require(f"method={cfg.method.name} (score centering)")  # before anything starts
     spec = build_spec(cfg, run_dir)
     paths = spec.paths
     paths.attempt_dir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ therefore never varies between experiments:
 * A score-centering arm requests the sampler's top-``method.top_k`` head from vLLM
   (``rollout.topk_log_probs``) and switches verl's score-centering slot on
   (``rollout_correction.score_centering`` on both sides); those keys exist only in newer verl
-  (:mod:`runners.verl_backend.newer_keys`).
+  (:data:`runners.verl_backend.revisions.NEWER_KEYS`).
 * Prompts over ``rollout.max_prompt_length`` tokens are dropped by verl too
   (``data.filter_overlong_prompts=True``) and never cut silently (``data.truncation=error``).
   Evaluation runs before training and every ``trainer.test_freq`` steps.
@@ -35,6 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from runners.verl_backend import revisions as rev
 from runners.verl_backend.layout import AttemptPaths
 
 #: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``): the
@@ -85,7 +86,7 @@ def override(key: str, value: Any, *, add: bool = False) -> str:
     ``add`` is for keys verl's yaml does not declare (the actor-side rollout correction, chat
     template kwargs, Ray env vars) or declares only in some versions (the score-centering keys).
     A misspelt key is not silently added: the dry run converts the config to verl's dataclasses
-    and checks the score-centering keys against :mod:`runners.verl_backend.newer_keys`.
+    and checks the score-centering keys against :mod:`runners.verl_backend.revisions`.
     """
     return f"{'++' if add else ''}{key}={format_value(value)}"
 
@@ -121,20 +122,15 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     }
 
 
-#: verl's own default of ``rollout_correction.rollout_is_threshold`` (``RolloutCorrectionConfig``;
-#: a test holds it equal to the installed verl's). Written on both sides for arms without TIS, because
-#: verl 8718ca30's score-centering check compares the two blocks key by key with no defaults.
-VERL_DEFAULT_IS_THRESHOLD = 2.0
-
-
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
-    """The rollout-correction block, identical on the driver and the actor side, every key explicit."""
+    """The rollout-correction block, identical on the driver and the actor side, every key explicit
+    (8718ca30 compares the two blocks key by key with no defaults)."""
     cap = cfg.method.tis_cap
     return {
         "bypass_mode": True,
         "loss_type": "reinforce",
         "rollout_is": "token" if cap is not None else None,
-        "rollout_is_threshold": float(cap) if cap is not None else VERL_DEFAULT_IS_THRESHOLD,
+        "rollout_is_threshold": float(cap) if cap is not None else rev.DEFAULT_IS_THRESHOLD,
     }
 
 
@@ -226,7 +222,7 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.actor.policy_loss.loss_mode", str(m.loss_mode))
     correction = _rollout_correction(cfg)
     for key, value in correction.items():
-        put(f"actor_rollout_ref.actor.policy_loss.rollout_correction.{key}", value, add=True)
+        put(f"{rev.ACTOR_RC}.{key}", value, add=True)
 
     # rollout (standalone vLLM replicas) and evaluation sampling
     put("actor_rollout_ref.rollout.name", engine.name)
@@ -252,7 +248,7 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("algorithm.norm_adv_by_std_in_grpo", False)
     put("algorithm.use_kl_in_reward", False)
     for key, value in correction.items():
-        put(f"algorithm.rollout_correction.{key}", value)
+        put(f"{rev.DRIVER_RC}.{key}", value)
     put("reward.custom_reward_function.path", b.reward.function_path)
     put("reward.custom_reward_function.name", b.reward.function_name)
     put("reward.reward_manager.source", b.reward.manager_source)
@@ -261,9 +257,9 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
 
     # score centering: sampler head from vLLM + verl's slot switched on (keys of newer verl)
     if is_score_centering(cfg):
-        put("actor_rollout_ref.rollout.topk_log_probs", int(m.top_k), add=True)
-        put("algorithm.rollout_correction.score_centering", True, add=True)
-        put("actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering", True, add=True)
+        put(rev.TOPK_KEY, int(m.top_k), add=True)
+        put(rev.DRIVER_SC_KEY, True, add=True)
+        put(rev.ACTOR_SC_KEY, True, add=True)
 
     # environment of every Ray actor (the driver gets the same variables from the launcher)
     for name, value in process_env(cfg, paths).items():

@@ -40,7 +40,7 @@ and, via Ray's runtime_env, for every actor):
 
 Before patching, :func:`install` verifies the seam (the module, both names, and that
 ``score_centering_ppo_loss`` really refers to ``score_centering_logits_processor`` by name) and
-raises :class:`~runners.verl_backend.sc_support.ScoreCenteringUnsupported` otherwise: an SC arm
+raises :class:`~runners.verl_backend.revisions.ScoreCenteringUnsupported` otherwise: an SC arm
 never trains silently with verl's own correction. This module imports nothing from verl at import
 time, so it is importable on verl 0.9.1 (where :func:`install` raises the clear error).
 """
@@ -54,8 +54,7 @@ from typing import Any
 import torch
 
 from ablations.losses import config_value, parse_tis_cap
-from runners.verl_backend import sc_support
-from runners.verl_backend.overrides import VERL_DEFAULT_IS_THRESHOLD
+from runners.verl_backend import revisions as rev
 
 #: Attribute set on the functions this module installs (makes install() idempotent and testable).
 MARK = "_sc_ablations_seam"
@@ -73,7 +72,7 @@ def is_cap_from(config: Any) -> float | None:
         return None
     if rollout_is != "token":
         raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
-    return parse_tis_cap(config_value(rc, "rollout_is_threshold", VERL_DEFAULT_IS_THRESHOLD))
+    return parse_tis_cap(config_value(rc, "rollout_is_threshold", rev.DEFAULT_IS_THRESHOLD))
 
 
 def _dummy_head(rows: int, k: int, like_ids: torch.Tensor, like_lp: torch.Tensor):
@@ -148,16 +147,16 @@ setattr(project_logits_processor, MARK, True)
 
 def verify_seam(module: Any) -> None:
     """Raise unless ``module`` has the shape described in this module's docstring."""
-    missing = [name for name in sc_support.SEAM_NAMES if not hasattr(module, name)]
+    missing = [name for name in rev.SEAM_NAMES if not hasattr(module, name)]
     if missing:
-        raise sc_support.ScoreCenteringUnsupported(
-            f"{module.__name__} lacks {missing}: the score-centering seam of verl {sc_support.REQUIRED_COMMIT_SHORT} "
+        raise rev.ScoreCenteringUnsupported(
+            f"{module.__name__} lacks {missing}: the score-centering seam of verl {rev.REQUIRED_COMMIT_SHORT} "
             "changed; the project's correction cannot be installed"
         )
     loss = module.score_centering_ppo_loss
     names = getattr(getattr(loss, "__code__", None), "co_names", ())
     if "score_centering_logits_processor" not in names:
-        raise sc_support.ScoreCenteringUnsupported(
+        raise rev.ScoreCenteringUnsupported(
             f"{module.__name__}.score_centering_ppo_loss no longer calls score_centering_logits_processor by "
             "name: the seam changed; refusing to run an SC arm with verl's own correction"
         )
@@ -170,13 +169,13 @@ def install(module: Any | None = None) -> None:
     pass a stand-in module instead.
     """
     if module is None:
-        sc_support.require("installing the project's score-centering correction")
-        module = importlib.import_module(sc_support.SEAM_MODULE)
+        rev.require("installing the project's score-centering correction")
+        module = importlib.import_module(rev.SEAM_MODULE)
     verify_seam(module)
     if not getattr(module.score_centering_logits_processor, MARK, False):
         module.score_centering_logits_processor = project_logits_processor
 
 
 def installed(module: Any | None = None) -> bool:
-    module = module or importlib.import_module(sc_support.SEAM_MODULE)
+    module = module or importlib.import_module(rev.SEAM_MODULE)
     return bool(getattr(module.score_centering_logits_processor, MARK, False))

@@ -28,7 +28,8 @@ import verl  # noqa: F401 - once per test process
 from verl.utils.py_functional import rename_dict
 
 from analysis import contract
-from runners.verl_backend import ingest, sc_support
+from runners.verl_backend import ingest
+from runners.verl_backend import revisions as rev
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -50,10 +51,10 @@ ATOL, RTOL = 1e-6, 1e-4
 #: the bench's unequal micro-batches the mean of means is off the token mean by about 1% (measured:
 #: clip fraction 0.1256 vs 0.1271).
 DIAGNOSTIC_RTOL = 0.03
-SC_SUPPORTED = sc_support.supported()
+SC_SUPPORTED = rev.supported()
 SC_SKIP = (
-    f"SC arms need verl with score-centering support (commit {sc_support.REQUIRED_COMMIT_SHORT}); "
-    f"installed: verl {sc_support.check().verl_version}"
+    f"SC arms need verl with score-centering support (commit {rev.REQUIRED_COMMIT_SHORT}); "
+    f"installed: verl {rev.check().verl_version}"
 )
 
 
@@ -153,5 +154,5 @@ def test_sc_arms_stop_before_compute_on_this_verl(arm, tmp_path):
     for path in (train, *evals):  # the launch checks that the prepared files exist before anything else
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    with pytest.raises(sc_support.ScoreCenteringUnsupported, match=sc_support.REQUIRED_COMMIT):
+    with pytest.raises(rev.ScoreCenteringUnsupported, match=rev.REQUIRED_COMMIT):
         verl_backend.validate(cfg)

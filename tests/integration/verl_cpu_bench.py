@@ -166,10 +166,10 @@ def driver_config(overrides: list[str]):
     """verl's Hydra main (device, ``validate_config``) up to ``run_ppo``; returns the config it got."""
     from verl.trainer import main_ppo
 
-    from runners.verl_backend import newer_keys
+    from runners.verl_backend import dry_run
     from runners.verl_backend.dry_run import compose_verl
 
-    native, _ = newer_keys.split(overrides)  # keys only newer verl has are composed only where they exist
+    native, _ = dry_run.split(overrides)  # keys only newer verl has are composed only where they exist
     composed = compose_verl(native)
     captured = {}
     real = main_ppo.run_ppo
@@ -346,9 +346,9 @@ def run(arm: str, report_path: Path) -> dict:
     import torch
     import verl  # noqa: F401 - the project's plug-in registers the arms (entry point)
 
-    from runners.verl_backend import sc_support
+    from runners.verl_backend import revisions as rev
 
-    report: dict = {"arm": arm, "verl_version": verl.__version__, "sc_support": sc_support.supported()}
+    report: dict = {"arm": arm, "verl_version": verl.__version__, "sc_support": rev.supported()}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model = tiny_model(tmp / "model")
@@ -373,7 +373,7 @@ def run(arm: str, report_path: Path) -> dict:
         if project_cfg.method.score_centering:
             import importlib
 
-            seam = importlib.import_module(sc_support.SEAM_MODULE).score_centering_logits_processor
+            seam = importlib.import_module(rev.SEAM_MODULE).score_centering_logits_processor
             report["logits_processor"] = f"{seam.__module__}.{seam.__qualname__}"
         td, terms = mini_batch(model, cfg, project_cfg)
         temperature = float(cfg.actor_rollout_ref.rollout.temperature)

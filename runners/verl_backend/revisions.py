@@ -1,0 +1,237 @@
+"""What the harness relies on in each verl revision it supports: the one table of facts about verl.
+
+* **0.9.1** (the PyPI pin): the V1 ``separate_async`` trainer (FSDP2 + standalone vLLM on Ray),
+  bypass-mode REINFORCE, token-level IS; rollout-correction ``rollout_is_threshold`` defaults to
+  :data:`DEFAULT_IS_THRESHOLD`. No score centering: no way to bring the sampler's top-k head from
+  vLLM into the trainer's loss.
+* **8718ca30** (PR #8010): 0.9.1 plus score centering. vLLM returns the head
+  (``rollout.topk_log_probs``), it is carried through partial rollouts and TransferQueue, and the
+  FSDP engine hands the trainer logits to a logits-processor slot, :data:`SEAM_MODULE`, into which
+  the project plugs its correction (:mod:`runners.verl_backend.sc_seam`). It adds the config keys
+  of :data:`NEWER_KEYS` and enforces :data:`SC_REQUIRES` and :data:`SC_SIDES_AGREE`.
+
+Read by :mod:`~runners.verl_backend.overrides` (the keys an SC arm sets, the IS threshold
+default), :mod:`~runners.verl_backend.checks` (the SC requirements on project keys; support on a
+real launch), :mod:`~runners.verl_backend.dry_run` (which keys the installed verl lacks, the SC
+requirements on the composed config, the report), :mod:`~runners.verl_backend.sc_seam` (the slot)
+and :mod:`~runners.verl_backend.launch`. docs/verl_reference.md prints :func:`markdown_table` (a
+test keeps the two in step). Importing this module is cheap; :func:`check` imports verl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Revision:
+    name: str
+    commit: str | None  # None: the PyPI release
+    install: str  # how a GPU user gets it (see docs/verl_reference.md)
+    score_centering: bool
+
+
+PYPI = Revision("0.9.1", None, 'pip install -e ".[gpu]"', score_centering=False)
+SCORE_CENTERING = Revision(
+    "8718ca30",
+    "8718ca30a3f002f93b7c4fd99b9b2506718681bc",
+    # the project's gpu extra first, then verl from git at the commit over the wheel, other pins kept
+    'pip install -e ".[gpu]" && pip install --no-deps '
+    '"verl @ git+https://github.com/verl-project/verl.git@8718ca30a3f002f93b7c4fd99b9b2506718681bc"',
+    score_centering=True,
+)
+REVISIONS = (PYPI, SCORE_CENTERING)
+REQUIRED_COMMIT = SCORE_CENTERING.commit  # the first with score-centering support (the reference runs)
+REQUIRED_COMMIT_SHORT = SCORE_CENTERING.name
+INSTALL_COMMAND = SCORE_CENTERING.install
+
+# -- every supported revision -----------------------------------------------------------------------
+#: ``RolloutCorrectionConfig.rollout_is_threshold``'s default (a test holds it equal to the installed
+#: verl's). Written on both sides for arms without TIS: 8718ca30 compares the blocks with no defaults.
+DEFAULT_IS_THRESHOLD = 2.0
+DRIVER_RC = "algorithm.rollout_correction"  # read by the driver
+ACTOR_RC = "actor_rollout_ref.actor.policy_loss.rollout_correction"  # read by the actor (not copied)
+ROLLOUT = "actor_rollout_ref.rollout"
+
+# -- what 8718ca30 adds ---------------------------------------------------------------------------
+#: The slot's module and the names in it the project relies on (read from PR #8010's files).
+SEAM_MODULE = "verl.trainer.ppo.score_centering"
+SEAM_NAMES = ("score_centering_ppo_loss", "score_centering_logits_processor")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclasses.dataclass(frozen=True)
+class NewerKey:
+    key: str  # override key, without a leading "+"
+    declared_in: tuple[str, str, str]  # (module, dataclass, field) of the revision that has it
+    allowed: str  # allowed values, in words (docs table)
+    meaning: str
+    value_ok: Callable[[Any], bool]
+    since: str = REQUIRED_COMMIT
+
+
+_RC_CLASS = ("verl.trainer.config.algorithm", "RolloutCorrectionConfig", "score_centering")
+NEWER_KEYS: tuple[NewerKey, ...] = (
+    NewerKey(
+        f"{ROLLOUT}.topk_log_probs",
+        ("verl.workers.config.rollout", "RolloutConfig", "topk_log_probs"),
+        "integer >= 1 (= method.top_k); needs rollout.name=vllm, calculate_log_probs=True, "
+        "top_p=1, top_k=-1, logprobs_mode=processed_logprobs",
+        "vLLM returns the sampler's top-k log-probs per generated token (the head H)",
+        _positive_int,
+    ),
+    NewerKey(
+        f"{DRIVER_RC}.score_centering",
+        _RC_CLASS,
+        "true; needs bypass_mode=True, loss_type=reinforce, rollout_is in {null, token}, "
+        "rollout_is_batch_normalize=False, and the same flag on the actor side",
+        "the driver carries the sampler head to the trainer",
+        lambda v: isinstance(v, bool),
+    ),
+    NewerKey(
+        f"{ACTOR_RC}.score_centering",
+        _RC_CLASS,
+        "true, equal to the driver flag; actor and driver rollout_correction agree on "
+        "bypass_mode, loss_type, rollout_is, rollout_is_threshold; loss_mode takes sc_correction",
+        "the FSDP engine computes the correction from the trainer logits and passes "
+        "sc_correction= to the policy loss",
+        lambda v: isinstance(v, bool),
+    ),
+)
+BY_KEY = {entry.key: entry for entry in NEWER_KEYS}
+TOPK_KEY, DRIVER_SC_KEY, ACTOR_SC_KEY = BY_KEY
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """``key`` must equal ``want`` (be one of them, for a tuple) in a score-centering arm's verl config."""
+
+    key: str
+    want: Any
+    why: str
+    project: str | None = None  # the project key that sets it (checked before any compute), if any
+    absent: Any = None  # the value when the key is not in the config
+
+    def allows(self, value: Any) -> bool:
+        return value in self.want if isinstance(self.want, tuple) else value == self.want
+
+    def wanted(self) -> str:
+        """``= value`` or ``in {a, b}``, the way the messages say it."""
+        if isinstance(self.want, tuple):
+            return "in {" + ", ".join(map(as_text, self.want)) + "}"
+        return f"= {as_text(self.want)}"
+
+
+def as_text(value: Any) -> str:
+    """A config value the way the yaml writes it (true, null, 1.0)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+FULL = "the head needs the full distribution"
+#: What 8718ca30's config validator, ``RolloutConfig`` and ``RolloutCorrectionConfig`` (plus the
+#: project's seam) require of a score-centering arm, besides :data:`NEWER_KEYS` and :data:`SC_SIDES_AGREE`.
+SC_REQUIRES: tuple[Requirement, ...] = (
+    Requirement(f"{ROLLOUT}.name", "vllm", "the head comes from vLLM"),
+    Requirement(f"{ROLLOUT}.calculate_log_probs", True, "the head comes with the sampled log-probs"),
+    Requirement(f"{ROLLOUT}.logprobs_mode", "processed_logprobs", "the sampled distribution",
+                project="backend.rollout_engine.logprobs_mode"),
+    Requirement(f"{ROLLOUT}.top_p", 1.0, FULL, project="rollout.top_p", absent=1.0),
+    Requirement(f"{ROLLOUT}.top_k", -1, FULL, project="rollout.top_k", absent=-1),
+    Requirement("trainer.use_v1", True, "the V1 trainer carries the head"),
+    Requirement("actor_rollout_ref.model.use_remove_padding", True, "verl's slot needs the packed layout",
+                project="backend.actor.remove_padding"),
+    Requirement("actor_rollout_ref.model.use_fused_kernels", False, "the head gather needs the full logits"),
+    Requirement("actor_rollout_ref.actor.strategy", ("fsdp", "fsdp2"), "the slot is in the FSDP engine"),
+    Requirement("distillation.enabled", (False, None), "no distillation with score centering", absent=False),
+    Requirement(f"{DRIVER_RC}.bypass_mode", True, "bypass-mode REINFORCE"),
+    Requirement(f"{DRIVER_RC}.loss_type", "reinforce", "bypass-mode REINFORCE"),
+    Requirement(f"{DRIVER_RC}.rollout_is", (None, "token"), "token-level IS only"),
+    Requirement(f"{DRIVER_RC}.rollout_is_batch_normalize", (False, None), "token-level IS only", absent=False),
+)
+#: Keys 8718ca30 compares between the actor and the driver block as written (no defaults filled in).
+SC_SIDES_AGREE = ("bypass_mode", "loss_type", "rollout_is", "rollout_is_threshold")
+
+
+def loss_takes_sc_correction(loss_mode: str) -> bool:
+    """Is ``loss_mode`` a registered verl policy loss with an ``sc_correction`` parameter (how
+    8718ca30's loss passes the correction)? Imports verl."""
+    import inspect
+
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    fn = POLICY_LOSS_REGISTRY.get(loss_mode)
+    return fn is not None and "sc_correction" in inspect.signature(fn).parameters
+
+
+def markdown_table() -> str:
+    """:data:`NEWER_KEYS` as printed in docs/verl_reference.md."""
+    lines = ["| key | since verl commit | allowed | what it does |", "|---|---|---|---|"]
+    lines += [f"| `{e.key}` | {e.since[:8]} | {e.allowed} | {e.meaning} |" for e in NEWER_KEYS]
+    return "\n".join(lines)
+
+
+# -- which revision is installed ------------------------------------------------------------------
+class ScoreCenteringUnsupported(ValueError, RuntimeError):
+    """The installed verl cannot run an SC arm (a ValueError too: it is found before any compute)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+    ok: bool
+    verl_version: str
+    missing: tuple[str, ...]  # what the installed verl lacks, in words
+
+    def message(self, what: str = "an SC arm") -> str:
+        lacks = "; ".join(self.missing) or "nothing"
+        return (
+            f"{what} needs verl with score-centering support (verl commit {REQUIRED_COMMIT_SHORT}, "
+            f"{REQUIRED_COMMIT}, or later); the installed verl {self.verl_version} lacks: {lacks}. "
+            f"Install it with: {INSTALL_COMMAND}"
+        )
+
+
+def declares(module: str, name: str, field: str) -> bool:
+    """Does the installed verl's dataclass ``module.name`` have ``field``?"""
+    cls = getattr(importlib.import_module(module), name)
+    return field in {f.name for f in dataclasses.fields(cls)}
+
+
+def known(entry: NewerKey) -> bool:
+    """Does the installed verl have this newer key?"""
+    return declares(*entry.declared_in)
+
+
+@lru_cache(maxsize=1)
+def check() -> Support:
+    """Inspect the installed verl (imports it: slow the first time in a process)."""
+    import verl
+
+    missing: list[str] = []
+    if importlib.util.find_spec(SEAM_MODULE) is None:
+        missing.append(f"module {SEAM_MODULE}")
+    else:
+        module = importlib.import_module(SEAM_MODULE)
+        missing += [f"{SEAM_MODULE}.{n}" for n in SEAM_NAMES if not hasattr(module, n)]
+    for where in dict.fromkeys(e.declared_in for e in NEWER_KEYS):
+        if not declares(*where):
+            missing.append(f"{where[1]}.{where[2]}")
+    return Support(ok=not missing, verl_version=str(getattr(verl, "__version__", "unknown")), missing=tuple(missing))
+
+
+def supported() -> bool:
+    return check().ok
+
+
+def require(what: str = "an SC arm") -> None:
+    """Raise :class:`ScoreCenteringUnsupported` naming the commit and install command if unsupported."""
+    support = check()
+    if not support.ok:
+        raise ScoreCenteringUnsupported(support.message(what))
