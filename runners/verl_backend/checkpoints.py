@@ -36,8 +36,8 @@ CLI::
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -49,13 +49,12 @@ from typing import Any
 
 from analysis.selection import TEST_SET_SELECTION, best_steps
 from runners.provenance import config_sha256, file_sha256
-from runners.run_record import METRICS_FILE, atomic_write_text
+from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_CORE_RE
+from runners.run_record import atomic_write_text, utc_now
 from runners.verl_backend import layout
 from runners.verl_backend.ingest import versions
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
-VAL_CORE = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
-EXPORT_DIR = "export"
 VERIFICATION_FILE = "verification.json"
 MERGER_LOG = "model_merger.log"
 #: Files that would mean training state leaked into the export (verl's shards are ``*.pt``).
@@ -72,21 +71,8 @@ class CheckpointError(RuntimeError):
 def list_checkpoints(ckpt_dir: Path) -> dict[int, Path]:
     """``{step: global_step_N folder}`` of the checkpoints that have an ``actor/`` folder."""
     ckpt_dir = Path(ckpt_dir)
-    if not ckpt_dir.is_dir():
-        return {}
-    found = {}
-    for p in ckpt_dir.iterdir():
-        m = STEP_DIR.match(p.name)
-        if m and (p / "actor").is_dir():
-            found[int(m.group(1))] = p
-    return dict(sorted(found.items()))
-
-
-def resume_step(ckpt_dir: Path) -> int | None:
-    try:
-        return int((Path(ckpt_dir) / "latest_checkpointed_iteration.txt").read_text().strip())
-    except (OSError, ValueError):
-        return None
+    found = [(STEP_DIR.match(p.name), p) for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else [])]
+    return dict(sorted((int(m.group(1)), p) for m, p in found if m and (p / "actor").is_dir()))
 
 
 def eval_average(metrics: dict[str, Any], sets: Sequence[str] | None = None) -> dict[int, dict[str, Any]]:
@@ -96,7 +82,7 @@ def eval_average(metrics: dict[str, Any], sets: Sequence[str] | None = None) -> 
     """
     out: dict[int, dict[str, Any]] = {}
     for row in metrics.get("val", []):
-        per_set = {m["ds"]: row[k] for k in row if (m := VAL_CORE.match(k)) and row[k] is not None}
+        per_set = {m["ds"]: row[k] for k in row if (m := VAL_CORE_RE.match(k)) and row[k] is not None}
         if sets is None:
             sets = sorted(per_set)
         if not sets or any(ds not in per_set for ds in sets):
@@ -114,6 +100,12 @@ def _load_metrics(run_dir: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: cannot read ({err}); run ingestion first") from err
+
+
+def _best(run_dir: Path, m: int, steps: list[int]) -> tuple[list[int], dict[int, dict[str, Any]]]:
+    """The ``m`` best of ``steps`` by eval average (analysis.selection's rule), and the averages."""
+    averages = eval_average(_load_metrics(run_dir))
+    return best_steps({s: a["avg"] for s, a in averages.items()}, m, steps), averages
 
 
 # -- retention ------------------------------------------------------------------------------------
@@ -145,11 +137,11 @@ def plan_retention(
     for s in steps[-keep_latest:]:
         plan.keep.setdefault(s, []).append("latest")
     if keep_best:
-        averages = eval_average(_load_metrics(run_dir))
-        for rank, s in enumerate(best_steps({s: a["avg"] for s, a in averages.items()}, keep_best, steps), start=1):
+        best, averages = _best(run_dir, keep_best, steps)
+        for rank, s in enumerate(best, start=1):
             plan.keep.setdefault(s, []).append(f"best #{rank} by eval average (test-set selection)")
             plan.best.append({"rank": rank, "step": s, **averages[s]})
-    resume = resume_step(ckpt_dir)
+    resume = layout.resume_step(ckpt_dir)
     if resume in steps:
         plan.keep.setdefault(resume, []).append("resume point (latest_checkpointed_iteration.txt)")
     plan.delete = [s for s in steps if s not in plan.keep]
@@ -166,25 +158,15 @@ def apply_retention(plan: RetentionPlan) -> list[Path]:
             raise CheckpointError(f"refusing to delete kept checkpoint {path}")
         shutil.rmtree(path)
         removed.append(path)
-    record = {"applied": _now(), **plan.as_dict()}
+    record = {"applied": utc_now(), **plan.as_dict()}
     atomic_write_text(ckpt_dir / "retention.json", json.dumps(record, indent=1) + "\n")
     return removed
 
 
 # -- export ---------------------------------------------------------------------------------------
 def merger_command(actor_dir: Path, target_dir: Path, python: str | None = None) -> list[str]:
-    return [
-        python or sys.executable,
-        "-m",
-        "verl.model_merger",
-        "merge",
-        "--backend",
-        "fsdp",
-        "--local_dir",
-        str(actor_dir),
-        "--target_dir",
-        str(target_dir),
-    ]
+    return [python or sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+            "--local_dir", str(actor_dir), "--target_dir", str(target_dir)]
 
 
 def run_subprocess(cmd: list[str], log_path: Path) -> None:
@@ -204,8 +186,7 @@ def resolve_step(run_dir: Path, step: str | int, ckpt_dir: Path) -> tuple[int, s
     if step == "latest":
         return steps[-1], "latest checkpoint"
     if step == "best":
-        averages = eval_average(_load_metrics(run_dir))
-        best = best_steps({s: a["avg"] for s, a in averages.items()}, 1, steps)
+        best, _ = _best(run_dir, 1, steps)
         if not best:
             raise CheckpointError(f"no checkpoint step of {ckpt_dir} has an evaluation in metrics.json")
         return best[0], TEST_SET_SELECTION
@@ -245,7 +226,7 @@ def export_checkpoint(
         runner(merger_command(actor, tmp), log_path)
         shutil.move(str(log_path), tmp / MERGER_LOG)
         source = {"run_dir": str(run_dir), "checkpoint": str(actor), "step": s, "selection": selection}
-        report = verify_export(tmp, source=source, config_file=run_dir / "config.yaml", load_check=load_check)
+        report = verify_export(tmp, source=source, config_file=run_dir / CONFIG_FILE, load_check=load_check)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
@@ -254,9 +235,7 @@ def export_checkpoint(
         raise
     path = out_dir / VERIFICATION_FILE
     if report["load_and_generate"]["status"] == "failed":
-        raise CheckpointError(
-            f"{path}: load-and-generate check failed: {report['load_and_generate']['error']}"
-        )
+        raise CheckpointError(f"{path}: load-and-generate check failed: {report['load_and_generate']['error']}")
     return path
 
 
@@ -292,10 +271,7 @@ def tensor_summary(model_dir: Path) -> dict[str, Any]:
                 raise CheckpointError(f"{f}: tensor {name} appears in more than one shard")
             names.add(name)
             count += 1
-            n = 1
-            for d in shape:
-                n *= int(d)
-            params += n
+            params += math.prod(int(d) for d in shape)
             dtypes[dtype] = dtypes.get(dtype, 0) + 1
     return {
         "tensors": count,
@@ -361,17 +337,12 @@ def verify_export(
         raise CheckpointError(f"load_check must be auto, cpu or skip, got {load_check!r}")
     if check["status"] == "passed" and check["num_parameters"] != summary["parameters"]:
         check["status"] = "failed"
-        check["error"] = (
-            f"loaded model has {check['num_parameters']} parameters, headers {summary['parameters']}"
-        )
+        check["error"] = f"loaded model has {check['num_parameters']} parameters, headers {summary['parameters']}"
     report = {
-        "created": _now(),
+        "created": utc_now(),
         "source": source,
         "format": "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)",
-        "files": [
-            {"path": r, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
-            for r, p in zip(rel, files, strict=True)
-        ],
+        "files": [{"path": r, "bytes": p.stat().st_size, "sha256": file_sha256(p)} for r, p in zip(rel, files, strict=True)],
         **summary,
         "optimizer_state": False,
         "versions": versions(),
@@ -382,15 +353,9 @@ def verify_export(
     return report
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
 # -- CLI ------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m runners.verl_backend.checkpoints", description=__doc__.splitlines()[0]
-    )
+    ap = argparse.ArgumentParser(prog="python -m runners.verl_backend.checkpoints", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="checkpoints and their evaluation average")
     p.add_argument("run_dir", type=Path)
@@ -423,15 +388,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"delete {s:>7}")
             if args.delete:
                 removed = apply_retention(plan)
-                print(
-                    f"deleted {len(removed)} checkpoint(s); plan in {Path(plan.ckpt_dir) / 'retention.json'}"
-                )
+                print(f"deleted {len(removed)} checkpoint(s); plan in {Path(plan.ckpt_dir) / 'retention.json'}")
             else:
                 print("(dry run: pass --delete to delete)")
         else:
-            path = export_checkpoint(
-                args.run_dir, args.step, out_dir=args.out, force=args.force, load_check=args.load_check
-            )
+            path = export_checkpoint(args.run_dir, args.step, out_dir=args.out, force=args.force,
+                                     load_check=args.load_check)
             report = json.loads(path.read_text())
             print(
                 f"{path}: step {report['source']['step']} ({report['source']['selection']}), "

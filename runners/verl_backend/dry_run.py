@@ -68,53 +68,32 @@ def compose_verl(overrides: list[str]) -> DictConfig:
 
 def launch_shape_problems(cfg: DictConfig) -> list[str]:
     """What the V1 separate_async trainer would reject or silently get wrong at start-up."""
-    problems = []
     sel = lambda key: OmegaConf.select(cfg, key)  # noqa: E731
-    if sel("trainer.use_v1") is not True:
-        problems.append("trainer.use_v1 must be True")
+    rollout = "actor_rollout_ref.rollout"
+    problems = [] if sel("trainer.use_v1") is True else ["trainer.use_v1 must be True"]
     if sel("trainer.v1.trainer_mode") == "separate_async":
-        sync, mini, batch = (
-            sel("trainer.v1.separate_async.parameter_sync_step"),
-            sel("actor_rollout_ref.actor.ppo_mini_batch_size"),
-            sel("data.train_batch_size"),
-        )
-        if batch != sync * mini:
-            problems.append(
-                f"separate_async needs data.train_batch_size ({batch}) = parameter_sync_step ({sync}) x "
-                f"ppo_mini_batch_size ({mini})"
-            )
-        if sel("actor_rollout_ref.rollout.checkpoint_engine.backend") == "naive":
-            problems.append(
-                "separate_async needs a non-naive actor_rollout_ref.rollout.checkpoint_engine.backend"
-            )
+        sync, mini = sel("trainer.v1.separate_async.parameter_sync_step"), sel("actor_rollout_ref.actor.ppo_mini_batch_size")
+        if (batch := sel("data.train_batch_size")) != sync * mini:
+            problems.append(f"separate_async needs data.train_batch_size ({batch}) = parameter_sync_step ({sync}) x "
+                            f"ppo_mini_batch_size ({mini})")
+        if sel(f"{rollout}.checkpoint_engine.backend") == "naive":
+            problems.append(f"separate_async needs a non-naive {rollout}.checkpoint_engine.backend")
         if sel("actor_rollout_ref.hybrid_engine") is not False:
-            problems.append(
-                "separate_async with standalone rollout needs actor_rollout_ref.hybrid_engine=False"
-            )
-        if not (sel("actor_rollout_ref.rollout.nnodes") or 0) >= 1:
-            problems.append("standalone rollout needs actor_rollout_ref.rollout.nnodes >= 1")
-    gpus, tp = (
-        sel("actor_rollout_ref.rollout.n_gpus_per_node"),
-        sel("actor_rollout_ref.rollout.tensor_model_parallel_size"),
-    )
+            problems.append("separate_async with standalone rollout needs actor_rollout_ref.hybrid_engine=False")
+        if not (sel(f"{rollout}.nnodes") or 0) >= 1:
+            problems.append(f"standalone rollout needs {rollout}.nnodes >= 1")
+    gpus, tp = sel(f"{rollout}.n_gpus_per_node"), sel(f"{rollout}.tensor_model_parallel_size")
     if gpus % tp:
-        problems.append(
-            f"actor_rollout_ref.rollout.n_gpus_per_node ({gpus}) must be a multiple of tensor_model_parallel_size ({tp})"
-        )
+        problems.append(f"{rollout}.n_gpus_per_node ({gpus}) must be a multiple of tensor_model_parallel_size ({tp})")
     val = cfg.actor_rollout_ref.rollout.val_kwargs
     if val.n > 1 and not (val.do_sample and val.temperature > 0):
-        problems.append(
-            "val_kwargs.n > 1 needs do_sample=True and temperature > 0 (else n identical greedy samples)"
-        )
+        problems.append("val_kwargs.n > 1 needs do_sample=True and temperature > 0 (else n identical greedy samples)")
     for key in ("trainer.default_local_dir", "trainer.validation_data_dir"):
         if not Path(str(sel(key))).is_absolute():
             problems.append(f"{key} must be absolute (Ray actors run in another working directory)")
-    env_vars = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
-    logger_path = env_vars.get("VERL_FILE_LOGGER_PATH")
+    logger_path = (sel("ray_kwargs.ray_init.runtime_env.env_vars") or {}).get("VERL_FILE_LOGGER_PATH")
     if "file" in list(sel("trainer.logger")) and not (logger_path and Path(logger_path).is_absolute()):
-        problems.append(
-            "the file logger needs an absolute VERL_FILE_LOGGER_PATH in ray_kwargs.ray_init.runtime_env.env_vars"
-        )
+        problems.append("the file logger needs an absolute VERL_FILE_LOGGER_PATH in ray_kwargs.ray_init.runtime_env.env_vars")
     return problems
 
 
@@ -181,9 +160,7 @@ def score_centering_problems(cfg: DictConfig) -> list[str]:
     for name in rev.SC_SIDES_AGREE:  # compared as written: a key set on one side only is a mismatch
         a, b = get(f"{rev.ACTOR_RC}.{name}"), get(f"{rev.DRIVER_RC}.{name}")
         if a != b:
-            problems.append(
-                f"score centering requires {rev.ACTOR_RC}.{name} ({a!r}) to match {rev.DRIVER_RC}.{name} ({b!r})"
-            )
+            problems.append(f"score centering requires {rev.ACTOR_RC}.{name} ({a!r}) to match {rev.DRIVER_RC}.{name} ({b!r})")
     if get(f"{rev.DRIVER_RC}.rollout_is") == "token":
         threshold = get(f"{rev.DRIVER_RC}.rollout_is_threshold", rev.DEFAULT_IS_THRESHOLD)
         try:
@@ -191,16 +168,12 @@ def score_centering_problems(cfg: DictConfig) -> list[str]:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            problems.append(
-                f"the project's SC+TIS correction needs a single TIS cap > 0 in "
-                f"{rev.DRIVER_RC}.rollout_is_threshold, got {threshold!r}"
-            )
+            problems.append(f"the project's SC+TIS correction needs a single TIS cap > 0 in "
+                            f"{rev.DRIVER_RC}.rollout_is_threshold, got {threshold!r}")
     loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")
     if loss_mode != "bypass_mode" and not rev.loss_takes_sc_correction(str(loss_mode)):
-        problems.append(
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss "
-            "that takes sc_correction"
-        )
+        problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss "
+                        "that takes sc_correction")
     return problems
 
 
@@ -270,6 +243,7 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
         notes.append("a real launch of this arm fails on this verl: " + support.message())
     native, deferred = split(overrides)
     cfg = compose_verl(native)
+    view = with_deferred(cfg, deferred)
     problems: list[str] = []
     try:
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
@@ -283,31 +257,20 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
     loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
     if loss_mode not in POLICY_LOSS_REGISTRY:
         arms = sorted(k for k in POLICY_LOSS_REGISTRY if k.startswith("ablation_"))
-        problems.append(
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
-            f"process (registered project arms: {arms}); is the `ablations` plug-in installed?"
-        )
+        problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
+                        f"process (registered project arms: {arms}); is the `ablations` plug-in installed?")
     else:
-        problems += loss_call_problems(cfg, view=with_deferred(cfg, deferred))
-    problems += launch_shape_problems(cfg)
+        problems += loss_call_problems(cfg, view)
     data_problems, data_notes = _data_problems(cfg)
-    problems += data_problems
-    notes += data_notes
     newer, table_problems = newer_key_rows(overrides, deferred)
-    problems += table_problems + score_centering_problems(with_deferred(cfg, deferred))
+    problems += launch_shape_problems(cfg) + data_problems + table_problems + score_centering_problems(view)
+    notes += data_notes
     if problems:
         raise ValueError("dry run against the installed verl failed:\n  - " + "\n  - ".join(problems))
-    return {
-        "status": "passed",
-        "verl_version": support.verl_version,
-        "score_centering_support": support.ok,
-        "score_centering_missing": list(support.missing),
-        "seam_installed": bool(score_centering and support.ok and sc_seam.installed()),
-        "composed_overrides": len(native),
-        "newer_keys": newer,
-        "notes": notes,
-        "verl_config": OmegaConf.to_yaml(cfg),
-    }
+    return {"status": "passed", "verl_version": support.verl_version, "score_centering_support": support.ok,
+            "score_centering_missing": list(support.missing),
+            "seam_installed": bool(score_centering and support.ok and sc_seam.installed()),
+            "composed_overrides": len(native), "newer_keys": newer, "notes": notes, "verl_config": OmegaConf.to_yaml(cfg)}
 
 
 def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -318,25 +281,16 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     (out / "command.txt").write_text(spec.command_line() + "\n")
     (out / "overrides.txt").write_text("\n".join(spec.overrides) + "\n")
     script = out / "launch.sh"
-    script.write_text(
-        spec.script(f"verl launch of {cfg.run_name}, attempt {spec.paths.attempt} (written by the dry run)")
-    )
+    script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {spec.paths.attempt} (written by the dry run)"))
     script.chmod(0o755)
     request = out / "request.json"
-    score_centering = ovr.is_score_centering(cfg)
-    request.write_text(
-        json.dumps({"overrides": spec.overrides, "score_centering": score_centering}, indent=1) + "\n"
-    )
+    request.write_text(json.dumps({"overrides": spec.overrides, "score_centering": ovr.is_score_centering(cfg)},
+                                  indent=1) + "\n")
     # The checking process imports verl like the driver, except that the seam hook is left to the
     # check itself: on a verl without score-centering support the hook would stop `import verl`.
     env = {**os.environ, **spec.env, "VERL_USE_EXTERNAL_MODULES": ovr.REGISTRY_MODULE}
-    proc = subprocess.run(
-        [sys.executable, "-m", "runners.verl_backend.dry_run", str(request)],
-        cwd=spec.cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run([sys.executable, "-m", "runners.verl_backend.dry_run", str(request)], cwd=spec.cwd, env=env,
+                          capture_output=True, text=True)
     (out / "check.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not (out / REPORT).exists():
         reason = (out / "error.txt").read_text() if (out / "error.txt").exists() else proc.stderr[-4000:]

@@ -93,7 +93,9 @@ from typing import Any
 from runners.provenance import config_sha256, project_version
 from runners.run_contract import (
     CONFIG_FILE,
+    EVERY_ARM_TRAIN_METRICS,
     METRICS_FILE,
+    RUN_STATUSES,
     SC_TRAIN_METRICS,
     TIS_TRAIN_METRICS,
     VAL_CORE_RE,
@@ -108,21 +110,11 @@ from runners.verl_backend import layout
 log = logging.getLogger(__name__)
 
 VAL_PREFIX = "val-"
-ENTROPY_SOURCES = ("actor/entropy", "actor/entropy_loss")
-TRAIN_DIRECT = (
-    "critic/score/mean",
-    "response_length/mean",
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "actor/ppo_kl",
-    "training/off_policy/trajectory_staleness/mean",
-    "timing_s/step",
-    "timing_s/gen",
-    "timing_s/update_actor",
-)
-EVICTED = "training/off_policy/evicted_samples"
-TRUNCATION = "response/truncation_ratio"
-ZERO_VARIANCE = "batch/zero_variance_group_ratio"
+ENTROPY, EVICTED = "actor/entropy", "training/off_policy/evicted_samples"
+TRUNCATION, ZERO_VARIANCE = "response/truncation_ratio", "batch/zero_variance_group_ratio"
+ENTROPY_SOURCES = (ENTROPY, "actor/entropy_loss")
+#: The contract's metrics verl logs under the same name (the others are derived, see the docstring).
+TRAIN_DIRECT = tuple(m for m in EVERY_ARM_TRAIN_METRICS if m not in (ENTROPY, EVICTED, TRUNCATION, ZERO_VARIANCE))
 
 
 class IngestError(RuntimeError):
@@ -347,12 +339,7 @@ def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[dict[str
             raise IngestError(f"{path}: problem {pid} appears under data sources {sorted(sources)}")
         for rank, (_key, _session, e) in enumerate(sorted(by_problem[pid], key=lambda t: t[0])):
             length = int(e["response_length"])
-            acc = e.get("acc")
-            acc = (
-                (1 if float(acc) > 0 else 0)
-                if acc is not None
-                else (1 if float(e.get("score", -1)) > 0 else 0)
-            )
+            acc = int(float(e["acc"] if e.get("acc") is not None else e.get("score", -1)) > 0)
             samples.append({"data_source": str(e["data_source"]), "problem_id": pid, "sample": rank,
                             "score": _number(e.get("score")), "acc": acc, "response_length": length,
                             "truncated": length >= cap})
@@ -399,9 +386,7 @@ def truncation_ratio(data: dict[str, Any], cap: int, step: int) -> float | None:
     return float(clip) if longest >= cap else 0.0
 
 
-def train_row(
-    step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path, missing: dict
-) -> dict[str, Any]:
+def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path, missing: dict) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step}
     for key, value in sorted(data.items()):  # every numeric verl metric, under verl's name
         if isinstance(value, bool):
@@ -410,7 +395,7 @@ def train_row(
             row[key] = value  # RunRecord writes a non-finite value as null and logs it
     for name in TRAIN_DIRECT:
         row.setdefault(name, None)
-    row["actor/entropy"] = next((_number(data[k]) for k in ENTROPY_SOURCES if k in data), None)
+    row[ENTROPY] = next((_number(data[k]) for k in ENTROPY_SOURCES if k in data), None)
     row[EVICTED] = _number(data.get(EVICTED, 0))
     row[TRUNCATION] = truncation_ratio(data, spec.response_cap, step)
     if ZERO_VARIANCE not in data:
@@ -427,21 +412,14 @@ def train_row(
     return row
 
 
-def _status(
-    explicit: str | None, previous: dict[str, Any] | None, n_attempts: int, last: int, total: int
-) -> str:
+def _status(explicit: str | None, previous: dict[str, Any] | None, n_attempts: int, last: int, total: int) -> str:
     if explicit is not None:
-        if explicit not in ("running", "finished", "failed"):
-            raise IngestError(f"status must be running, finished or failed, got {explicit!r}")
+        if explicit not in RUN_STATUSES:
+            raise IngestError(f"status must be {', '.join(RUN_STATUSES[:-1])} or {RUN_STATUSES[-1]}, got {explicit!r}")
         return explicit
-    if previous is not None:
-        prev_attempts = previous.get("attempts") or []
-        if (
-            previous.get("status") in ("finished", "failed")
-            and len(prev_attempts) == n_attempts
-            and previous.get("last_step") == last
-        ):
-            return previous["status"]
+    if previous is not None and previous.get("status") in ("finished", "failed") and previous.get("last_step") == last \
+            and len(previous.get("attempts") or []) == n_attempts:
+        return previous["status"]
     return "finished" if last >= total else "running"
 
 
@@ -451,17 +429,8 @@ def _iso_mtime(path: Path, *, ctime: bool = False) -> str:
     return dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(timespec="seconds")
 
 
-def _resume_point(run_dir: Path, last: int) -> int:
-    marker = layout.checkpoints_dir(run_dir) / "latest_checkpointed_iteration.txt"
-    try:
-        return min(int(marker.read_text().strip()), last)
-    except (OSError, ValueError):
-        return last
-
-
-def build_attempts(
-    run_dir: Path, logs: list[AttemptLog], previous: list[dict], status: str, last: int
-) -> list[dict[str, Any]]:
+def build_attempts(run_dir: Path, logs: list[AttemptLog], previous: list[dict], status: str, last: int
+                   ) -> list[dict[str, Any]]:
     out = []
     for i, a in enumerate(logs):
         prev = previous[i] if i < len(previous) and isinstance(previous[i], dict) else {}
@@ -469,7 +438,8 @@ def build_attempts(
         where = a.path if a.path.exists() else a.path.parent
         start = a.resume_step
         if start is None:
-            start = prev.get("start_step", _resume_point(run_dir, last))
+            resume = layout.resume_step(layout.checkpoints_dir(run_dir))
+            start = prev.get("start_step", last if resume is None else min(resume, last))
         reached = max(a.train) if a.train else None
         if is_last:
             a_status = status
@@ -481,15 +451,8 @@ def build_attempts(
             end_step = reached
         if end_step is not None and end_step < start:
             end_step = start
-        out.append(
-            {
-                "started": prev.get("started") or _iso_mtime(where, ctime=True),
-                "ended": ended,
-                "start_step": int(start),
-                "end_step": end_step,
-                "status": a_status,
-            }
-        )
+        out.append({"started": prev.get("started") or _iso_mtime(where, ctime=True), "ended": ended,
+                    "start_step": int(start), "end_step": end_step, "status": a_status})
     return out
 
 
@@ -533,9 +496,7 @@ def ingest_run(
     train, val_logged = merge_attempts(logs)
     last = max(train) if train else 0
     if last > spec.total_steps:
-        raise IngestError(
-            f"{run_dir}: train reaches step {last} beyond trainer.total_steps {spec.total_steps}"
-        )
+        raise IngestError(f"{run_dir}: train reaches step {last} beyond trainer.total_steps {spec.total_steps}")
 
     previous = None
     if (run_dir / METRICS_FILE).is_file():
@@ -549,14 +510,8 @@ def ingest_run(
     missing: dict[str, list[int]] = defaultdict(list)
     rows = [train_row(s, train[s], spec, rollout_dir, missing) for s in sorted(train)]
     for name, steps in missing.items():
-        log.warning(
-            "%s: %s has no source at %d of %d steps (first %d): written as null",
-            run_dir.name,
-            name,
-            len(steps),
-            len(rows),
-            steps[0],
-        )
+        log.warning("%s: %s has no source at %d of %d steps (first %d): written as null",
+                    run_dir.name, name, len(steps), len(rows), steps[0])
 
     dump_dir = layout.validation_dump_dir(run_dir)
     val_rows: list[dict[str, Any]] = []
@@ -575,25 +530,15 @@ def ingest_run(
         for key, value in summary.items():
             m = VAL_CORE_RE.match(key)
             if m and _number(logged.get(key)) is not None and abs(logged[key] - value) > 1e-6:
-                log.warning(
-                    "step %d: verl logged %s = %s, the dump gives %s (dump used)", s, key, logged[key], value
-                )
+                log.warning("step %d: verl logged %s = %s, the dump gives %s (dump used)", s, key, logged[key], value)
         row = {"step": s}
         row.update({k: v for k, v in sorted(logged.items()) if isinstance(v, int | float | type(None))})
         row.update(summary)
         val_rows.append(row)
         val_files[s] = "".join(sample_line(x) + "\n" for x in samples)
 
-    record = RunRecord.open(
-        run_dir,
-        name=spec.name,
-        method=spec.method,
-        seed=spec.seed,
-        backend="verl",
-        total_steps=spec.total_steps,
-        config_sha256=sha,
-        versions=versions(),
-    )
+    record = RunRecord.open(run_dir, name=spec.name, method=spec.method, seed=spec.seed, backend="verl",
+                            total_steps=spec.total_steps, config_sha256=sha, versions=versions())
     record.truncate_after(0)
     for row in rows:
         record.add_train(row)
@@ -618,23 +563,12 @@ def ingest_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m runners.verl_backend.ingest", description=__doc__.splitlines()[0]
-    )
+    ap = argparse.ArgumentParser(prog="python -m runners.verl_backend.ingest", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument(
-        "--status",
-        choices=("running", "finished", "failed"),
-        default=None,
-        help="close the record with this status (default: inferred)",
-    )
-    ap.add_argument(
-        "--watch",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="re-ingest every SECONDS until the run is finished or failed",
-    )
+    ap.add_argument("--status", choices=RUN_STATUSES, default=None,
+                    help="close the record with this status (default: inferred)")
+    ap.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                    help="re-ingest every SECONDS until the run is finished or failed")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     while True:
@@ -644,10 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         run = json.loads(path.read_text())["run"]
-        print(
-            f"{path}: {run['status']}, step {run['last_step']}/{run['total_steps']}, "
-            f"{len(run['attempts'])} attempt(s)"
-        )
+        print(f"{path}: {run['status']}, step {run['last_step']}/{run['total_steps']}, {len(run['attempts'])} attempt(s)")
         if args.watch is None or run["status"] != "running":
             return 0
         time.sleep(args.watch)

@@ -73,35 +73,21 @@ def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> La
     attempt = layout.next_attempt(run_dir) if attempt is None else attempt
     paths = layout.AttemptPaths(Path(run_dir), attempt)
     python = str(cfg.backend.python) if cfg.backend.get("python") else sys.executable
-    return LaunchSpec(
-        python=python,
-        overrides=ovr.build_overrides(cfg, paths),
-        hydra_overrides=ovr.hydra_overrides(paths),
-        env=ovr.process_env(cfg, paths),
-        cwd=Path.cwd().resolve(),
-        paths=paths,
-    )
+    return LaunchSpec(python=python, overrides=ovr.build_overrides(cfg, paths), hydra_overrides=ovr.hydra_overrides(paths),
+                      env=ovr.process_env(cfg, paths), cwd=Path.cwd().resolve(), paths=paths)
 
 
 def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None = None) -> None:
-    """Call the ingestion module (written separately; imported lazily).
+    """Merge verl's logs into ``metrics.json`` (:func:`runners.verl_backend.ingest.ingest_run`).
 
     While verl runs (``final=False``) a failure is logged and retried at the next interval; the
     final call raises. ``status="failed"`` closes the record after verl failed; ``None`` lets
     ingestion infer it (finished once every step is logged).
     """
+    from runners.verl_backend.ingest import ingest_run
+
     try:
-        from runners.verl_backend.ingest import ingest_run
-    except ImportError as err:
-        log.warning(
-            "metrics ingestion unavailable (%s); verl's raw logs stay under %s", err, layout.verl_dir(run_dir)
-        )
-        return
-    try:
-        if status is None:
-            ingest_run(run_dir, cfg)
-        else:
-            ingest_run(run_dir, cfg, status=status)
+        ingest_run(run_dir, cfg, status=status)
     except Exception:
         if final:
             raise
@@ -120,10 +106,8 @@ class _Follower(threading.Thread):
     def run(self) -> None:
         from tqdm import tqdm
 
-        with (
-            open(self.log_path, "a", buffering=1) as out,
-            tqdm(total=self.total_steps, desc=self.desc, unit="step", dynamic_ncols=True) as bar,
-        ):
+        with (open(self.log_path, "a", buffering=1) as out,
+              tqdm(total=self.total_steps, desc=self.desc, unit="step", dynamic_ncols=True) as bar):
             for line in iter(self.stream.readline, ""):
                 out.write(line)
                 match = _STEP.search(line)
@@ -155,17 +139,10 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     log.info("verl attempt %d of %s; log: %s", paths.attempt, cfg.run_name, paths.log_file)
 
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        spec.argv,
-        cwd=spec.cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        start_new_session=True,  # its own process group: an interrupt stops verl and its Ray workers
-        pass_fds=(lock_fd,),  # verl keeps the run folder locked while it lives
-    )
+    proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1,
+                            start_new_session=True,  # own process group: an interrupt stops verl and its Ray workers
+                            pass_fds=(lock_fd,))  # verl keeps the run folder locked while it lives
     follower = _Follower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name)
     follower.start()
     interval = float(cfg.backend.ingest_interval_s)

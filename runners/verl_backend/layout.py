@@ -60,6 +60,14 @@ def next_attempt(run_dir: Path) -> int:
     return (done[-1] + 1) if done else 1
 
 
+def resume_step(ckpt_dir: Path) -> int | None:
+    """The step verl's ``resume_mode=auto`` resumes from (``latest_checkpointed_iteration.txt``), if any."""
+    try:
+        return int((Path(ckpt_dir) / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def file_logger_paths(run_dir: Path) -> list[Path]:
     """verl's JSONL metric files of every attempt, oldest first (those that exist)."""
     paths = (AttemptPaths(Path(run_dir), n).file_logger for n in attempts(run_dir))
