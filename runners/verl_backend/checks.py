@@ -1,9 +1,12 @@
 """``validate(cfg)``: reject a verl-backend config that cannot work, before anything starts.
 
-Every error is a ``ValueError`` naming the key and what it allows. The checks that need verl's
-composed config (batch divisibility, dataclass fields, ...) run in the dry run; these are the
-project-level ones, plus: a real launch of a score-centering arm on a verl without score-centering
-support fails here, naming the verl commit and the install command.
+Every error is a ``ValueError`` naming the key and what it allows. ``runners.validate`` checks the
+keys every backend reads (types, ranges, the arm) before it calls this; the checks that need verl's
+composed config (batch divisibility, dataclass fields, ...) run in the dry run. These are the
+verl-backend ones: ``backend.*``, what ``separate_async`` and the evaluation sets need, what score
+centering needs of the keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`),
+and: a real launch of a score-centering arm on a verl without score-centering support fails here,
+naming the verl commit and the install command.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ from runners.verl_backend import revisions as rev
 
 TRAINER_MODES = ("separate_async",)
 OFF_POLICY_STRATEGIES = ("drop", "wait")
-RESUME_MODES = ("auto", "disable")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 STRATEGIES = ("fsdp", "fsdp2")
 ROLLOUT_ENGINES = ("vllm",)
 _MISSING = object()
@@ -40,15 +41,10 @@ def _fail(key: str, value: Any, allowed: str) -> None:
     raise ValueError(f"{key}={value!r} is not allowed: {allowed}")
 
 
-def _int(cfg: DictConfig, key: str, minimum: int, *, or_minus_one: bool = False) -> int:
+def _int(cfg: DictConfig, key: str, minimum: int) -> int:
     value = _value(cfg, key)
-    ok = (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and (value >= minimum or (or_minus_one and value == -1))
-    )
-    if not ok:
-        _fail(key, value, f"an integer >= {minimum}" + (" or -1" if or_minus_one else ""))
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+        _fail(key, value, f"an integer >= {minimum}")
     return value
 
 
@@ -60,128 +56,69 @@ def _positive(cfg: DictConfig, key: str) -> float:
 
 
 def _choice(cfg: DictConfig, key: str, allowed: tuple[str, ...]) -> str:
-    value = _value(cfg, key)
-    if value not in allowed:
+    if (value := _value(cfg, key)) not in allowed:
         _fail(key, value, f"one of {list(allowed)}")
     return value
 
 
 def _bool(cfg: DictConfig, key: str) -> bool:
-    value = _value(cfg, key)
-    if not isinstance(value, bool):
+    if not isinstance(value := _value(cfg, key), bool):
         _fail(key, value, "true or false")
     return value
 
 
-def _registered_arms() -> dict[str, Any]:
+def _check_method(cfg: DictConfig) -> None:
     import verl  # noqa: F401 - the plug-in registers the project's losses
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-    return {k: v for k, v in POLICY_LOSS_REGISTRY.items() if k.startswith("ablation_")}
-
-
-def _check_method(cfg: DictConfig) -> None:
-    arms = _registered_arms()
-    loss_mode = _value(cfg, "method.loss_mode")
-    if loss_mode not in arms:
-        _fail("method.loss_mode", loss_mode, f"a registered project arm, one of {sorted(arms)}")
-    sc = _bool(cfg, "method.score_centering")
-    takes = rev.loss_takes_sc_correction(loss_mode)
+    arms = sorted(k for k in POLICY_LOSS_REGISTRY if k.startswith("ablation_"))
+    if (loss_mode := _value(cfg, "method.loss_mode")) not in arms:
+        _fail("method.loss_mode", loss_mode, f"a registered project arm, one of {arms}")
+    sc, takes = _bool(cfg, "method.score_centering"), rev.loss_takes_sc_correction(loss_mode)
     if sc != takes:
-        raise ValueError(
-            f"method.score_centering={sc} does not fit method.loss_mode={loss_mode!r}, which "
-            f"{'takes' if takes else 'does not take'} sc_correction"
-        )
-    cap = _value(cfg, "method.tis_cap")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0):
-        _fail("method.tis_cap", cap, "null (no TIS) or a number > 0")
-    if sc:
-        _int(cfg, "method.top_k", 1)
-        for req in (r for r in rev.SC_REQUIRES if r.project):  # the verl keys the project sets
-            if not req.allows(value := _value(cfg, req.project)):
-                _fail(req.project, value, f"{rev.as_text(req.want)} for score centering ({req.why})")
+        raise ValueError(f"method.score_centering={sc} does not fit method.loss_mode={loss_mode!r}, which "
+                         f"{'takes' if takes else 'does not take'} sc_correction")
+    for req in (r for r in rev.SC_REQUIRES if sc and r.project):  # the verl keys the project sets
+        if not req.allows(value := _value(cfg, req.project)):
+            _fail(req.project, value, f"{rev.as_text(req.want)} for score centering ({req.why})")
 
 
 def _check_schedule(cfg: DictConfig) -> None:
-    _int(cfg, "seed", 0)
-    _int(cfg, "trainer.total_steps", 1)
-    prompts = _int(cfg, "trainer.prompts_per_step", 1)
-    _int(cfg, "trainer.n", 2)
-    _positive(cfg, "trainer.lr")
-    wd = _value(cfg, "trainer.weight_decay")
-    if isinstance(wd, bool) or not isinstance(wd, int | float) or wd < 0:
-        _fail("trainer.weight_decay", wd, "a number >= 0")
-    _positive(cfg, "trainer.grad_clip")
-    _choice(cfg, "trainer.loss_agg_mode", LOSS_AGG_MODES)
-    _int(cfg, "trainer.test_freq", 1, or_minus_one=True)
-    _int(cfg, "trainer.save_freq", 1, or_minus_one=True)
-    _choice(cfg, "trainer.resume", RESUME_MODES)
-    _positive(cfg, "rollout.temperature")
-    prompt = _int(cfg, "rollout.max_prompt_length", 1)
-    response = _int(cfg, "rollout.max_response_length", 1)
-    _int(cfg, "rollout.max_staleness", 1)
-    sync = _int(cfg, "rollout.parameter_sync_step", 1)
+    prompts, sync = _value(cfg, "trainer.prompts_per_step"), _value(cfg, "rollout.parameter_sync_step")
     if prompts % sync:
-        _fail(
-            "rollout.parameter_sync_step",
-            sync,
-            f"a divisor of trainer.prompts_per_step ({prompts}): "
-            "separate_async trains prompts_per_step / parameter_sync_step prompts per mini-batch",
-        )
-    eval_n = _int(cfg, "eval.n", 1)
-    eval_t = _value(cfg, "eval.temperature")
-    if eval_n > 1 and not (isinstance(eval_t, int | float) and eval_t > 0):
-        _fail(
-            "eval.temperature", eval_t, f"> 0 when eval.n={eval_n} (at 0 the {eval_n} samples are identical)"
-        )
+        _fail("rollout.parameter_sync_step", sync, f"a divisor of trainer.prompts_per_step ({prompts}): "
+              "separate_async trains prompts_per_step / parameter_sync_step prompts per mini-batch")
     top_p = _value(cfg, "eval.top_p")
     if not (isinstance(top_p, int | float) and 0 < top_p <= 1):
         _fail("eval.top_p", top_p, "a number in (0, 1]")
     if _bool(cfg, "backend.actor.use_dynamic_bsz"):
-        tokens = _int(cfg, "backend.actor.max_token_len_per_gpu", 1)
-        if tokens < prompt + response:
-            _fail(
-                "backend.actor.max_token_len_per_gpu",
-                tokens,
-                f">= rollout.max_prompt_length + rollout.max_response_length ({prompt + response})",
-            )
+        length = _value(cfg, "rollout.max_prompt_length") + _value(cfg, "rollout.max_response_length")
+        if (tokens := _int(cfg, "backend.actor.max_token_len_per_gpu", 1)) < length:
+            _fail("backend.actor.max_token_len_per_gpu", tokens,
+                  f">= rollout.max_prompt_length + rollout.max_response_length ({length})")
 
 
 def _check_backend(cfg: DictConfig) -> None:
     _choice(cfg, "backend.trainer_mode", TRAINER_MODES)
     _choice(cfg, "backend.off_policy_strategy", OFF_POLICY_STRATEGIES)
     _int(cfg, "backend.num_warmup_batches", 0)
-    _int(cfg, "backend.placement.nnodes", 1)
-    _int(cfg, "backend.placement.trainer_gpus_per_node", 1)
-    _int(cfg, "backend.placement.rollout_nnodes", 1)
+    for key in ("nnodes", "trainer_gpus_per_node", "rollout_nnodes"):
+        _int(cfg, f"backend.placement.{key}", 1)
     gpus = _int(cfg, "backend.placement.rollout_gpus_per_node", 1)
-    tp = _int(cfg, "backend.placement.rollout_tensor_parallel", 1)
-    if gpus % tp:
-        _fail(
-            "backend.placement.rollout_tensor_parallel",
-            tp,
-            f"a divisor of backend.placement.rollout_gpus_per_node ({gpus})",
-        )
+    if gpus % (tp := _int(cfg, "backend.placement.rollout_tensor_parallel", 1)):
+        _fail("backend.placement.rollout_tensor_parallel", tp,
+              f"a divisor of backend.placement.rollout_gpus_per_node ({gpus})")
     _choice(cfg, "backend.actor.strategy", STRATEGIES)
     _choice(cfg, "backend.rollout_engine.name", ROLLOUT_ENGINES)
     if _value(cfg, "backend.rollout_engine.checkpoint_engine") == "naive":
-        _fail(
-            "backend.rollout_engine.checkpoint_engine",
-            "naive",
-            "a non-naive backend (nccl, nixl, ...) for separate_async",
-        )
+        _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     util = _value(cfg, "backend.rollout_engine.gpu_memory_utilization")
     if not (isinstance(util, int | float) and 0 < util <= 1):
         _fail("backend.rollout_engine.gpu_memory_utilization", util, "a number in (0, 1]")
-    keep = _value(cfg, "backend.actor.max_ckpt_to_keep")
-    if keep is not None:
+    if _value(cfg, "backend.actor.max_ckpt_to_keep") is not None:
         _int(cfg, "backend.actor.max_ckpt_to_keep", 1)
-    if "file" not in list(_value(cfg, "backend.logger")):
-        _fail(
-            "backend.logger",
-            list(_value(cfg, "backend.logger")),
-            "a list that contains 'file' (metrics ingestion reads it)",
-        )
+    if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
+        _fail("backend.logger", loggers, "a list that contains 'file' (metrics ingestion reads it)")
     _positive(cfg, "backend.ingest_interval_s")
     extra = _value(cfg, "backend.extra_overrides")
     if not all(isinstance(x, str) for x in extra):
@@ -194,23 +131,18 @@ def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
     _value(cfg, "data.dir")
     _value(cfg, "data.train.file")
     sets = _value(cfg, "data.eval_sets")
-    names = [str(s.name) for s in sets]
-    if not names:
+    if not (names := [str(s.name) for s in sets]):
         _fail("data.eval_sets", [], "at least one evaluation set")
     if len(set(names)) != len(names) or any(n != n.lower() for n in names):
         _fail("data.eval_sets[].name", names, "distinct lowercase names (equal names merge their metrics)")
-    files = [str(s.file) for s in sets]
-    if len(set(files)) != len(files):
+    if len(set(files := [str(s.file) for s in sets])) != len(files):
         _fail("data.eval_sets[].file", files, "one file per evaluation set")
     if dry_run:
         return
     train, evals = ovr.data_files(cfg)
-    missing = [str(p) for p in [train, *evals] if not Path(p).exists()]
-    if missing:
-        raise ValueError(
-            f"data.dir={cfg.data.dir!r}: data files missing: {missing}; run the data preparation "
-            "(ablations.data) first, or point data.dir at the folder that holds them"
-        )
+    if missing := [str(p) for p in [train, *evals] if not Path(p).exists()]:
+        raise ValueError(f"data.dir={cfg.data.dir!r}: data files missing: {missing}; run the data preparation "
+                         "(ablations.data) first, or point data.dir at the folder that holds them")
 
 
 def validate(cfg: DictConfig) -> None:
