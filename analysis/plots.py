@@ -47,6 +47,11 @@ TRAIN_PANELS = [
     ("mismatch: sampled token in sampler head", "mismatch/sampled_in_head"),
     ("mismatch: sampler head mass Q (all arms)", "mismatch/sampler_head_mass"),
     ("mismatch: trainer head mass P (all arms)", "mismatch/train_head_mass"),
+    ("||grad centering term|| / ||grad sampled-token term||", "diag/centering_grad_ratio"),
+    ("cos(grad centering term, grad sampled-token term)", "diag/centering_grad_cos"),
+    ("tail mass outside the head, sampler 1-Q", "diag/tail_mass_sampler"),
+    ("tail mass outside the head, trainer 1-P", "diag/tail_mass_trainer"),
+    ("tokens with a context shared by the whole group", "diag/shared_context_fraction"),
     ("step time (s)", "timing_s/step"),
 ]
 

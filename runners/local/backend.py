@@ -33,7 +33,7 @@ from runners.local.parallel import check_parallel_threads
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler, check_sampler_config
 from runners.local.schedule import check_schedule_config, staleness_histogram, throughput_factor
-from runners.local.task import ArithmeticTask, prompt_token_ids
+from runners.local.task import build_task, prompt_token_ids
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.run_record import RunRecord
 
@@ -75,7 +75,7 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError(f"backend.sampler.run_ahead_batches must be an integer >= 0, got {s.run_ahead_batches!r}")
     if not b.keep_checkpoints >= 1:
         raise ValueError(f"backend.keep_checkpoints must be >= 1, got {b.keep_checkpoints}")
-    task = ArithmeticTask(cfg.data)  # validates the data group
+    task = build_task(cfg.data)  # validates the data group
     from runners.local.tokenizer import build_tokenizer
 
     prompt_tokens = task.max_prompt_tokens(build_tokenizer())
@@ -108,7 +108,7 @@ class LocalRun:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         torch.set_num_threads(cfg.backend.threads)
         self.device = torch.device(cfg.backend.device)
-        self.task = ArithmeticTask(cfg.data)
+        self.task = build_task(cfg.data)
         # the shipped, hash-verified base model for the default config; the warm-start cache otherwise
         model, self.tokenizer, self.base_source = load_base_model_for(cfg, Path(cfg.backend.cache_dir))
         torch.manual_seed(cfg.seed)

@@ -13,7 +13,8 @@ shipped in the package, in `runners/local/assets/<name>/`:
   transformers versions and thread count used, the training summary, and `sha256` of the weights
   file.
 
-Contract of :func:`load_base_model_for`: a config whose cache key equals the shipped key gets the
+Contract of :func:`load_base_model_for`: a config whose cache key equals a shipped model's key (the
+default's, or another `assets/<model.name>_base/`, e.g. the scratchpad task's) gets those
 shipped weights, after their sha256 is checked against the manifest (a mismatch, or a missing
 file, raises :class:`BaseModelError` naming the file and the regeneration command; there is no
 fallback to training). Any other config (a smaller test model, another warm-start recipe) gets
@@ -43,7 +44,8 @@ from runners.provenance import file_sha256
 
 logger = logging.getLogger(__name__)
 
-ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny_qwen3_base"
+ASSETS_ROOT = Path(__file__).resolve().parent / "assets"
+ASSET_DIR = ASSETS_ROOT / "tiny_qwen3_base"  # the embedded default's; other shipped models sit next to it
 WEIGHTS = "model.safetensors"
 MANIFEST = "base_model.json"
 MANIFEST_FORMAT = 1
@@ -106,16 +108,30 @@ def load_base_model_for(
     from runners.local.warmstart import cache_key, load_base_model, warm_start
 
     key = cache_key(cfg)
-    manifest = read_manifest(ASSET_DIR)
-    if key == manifest["key"]:
-        logger.info("base model: shipped %s (key %s, sha256 %s)", ASSET_DIR, key, manifest["sha256"][:16])
-        return load_shipped(cfg.model, ASSET_DIR), build_tokenizer(), f"shipped:{ASSET_DIR}"
-    logger.info("base model: key %s is not the shipped default (%s); using the local warm-start cache",
-                key, manifest["key"])
+    read_manifest(ASSET_DIR)  # the default's manifest must be there whatever the config
+    asset_dir = shipped_dir_for(key)
+    if asset_dir is not None:
+        manifest = read_manifest(asset_dir)
+        logger.info("base model: shipped %s (key %s, sha256 %s)", asset_dir, key, manifest["sha256"][:16])
+        return load_shipped(cfg.model, asset_dir), build_tokenizer(), f"shipped:{asset_dir}"
+    logger.info("base model: key %s is not one of the shipped models; using the local warm-start cache", key)
     path = warm_start(cfg, cache_root, progress=progress)
     from transformers import AutoTokenizer
 
     return load_base_model(path, cfg.model), AutoTokenizer.from_pretrained(path), f"cache:{path}"
+
+
+def shipped_dir_for(key: str, root: Path = ASSETS_ROOT) -> Path | None:
+    """The asset folder under ``root`` whose manifest records cache key ``key``, or None."""
+    for manifest in sorted(Path(root).glob(f"*/{MANIFEST}")):
+        if json.loads(manifest.read_text()).get("key") == key:
+            return manifest.parent
+    return None
+
+
+def asset_dir_for(cfg: DictConfig) -> Path:
+    """Where ``--ship`` writes the base model of ``cfg``: ``assets/<model.name>_base/``."""
+    return ASSETS_ROOT / f"{cfg.model.name}_base"
 
 
 def write_shipped(

@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig
 
 from runners.local.sampler import Sampler
-from runners.local.task import ArithmeticTask, prompt_token_ids
+from runners.local.task import SeededTask, prompt_token_ids
 from runners.run_contract import sample_line, val_metrics, val_path
 from runners.run_record import atomic_write_text
 
@@ -45,7 +45,7 @@ def eval_generator(seed: int, step: int, repeat: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state))
 
 
-def _evaluate_once(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int,
+def _evaluate_once(sampler: Sampler, task: SeededTask, cfg: DictConfig, step: int,
                    generator: torch.Generator) -> tuple[list[str], dict]:
     n = int(cfg.eval.n)
     tok = sampler.tokenizer
@@ -66,7 +66,7 @@ def _evaluate_once(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step
     return lines, {"step": step, **val_metrics(by_set, n)}
 
 
-def evaluate(sampler: Sampler, task: ArithmeticTask, cfg: DictConfig, step: int, run_dir: Path) -> dict:
+def evaluate(sampler: Sampler, task: SeededTask, cfg: DictConfig, step: int, run_dir: Path) -> dict:
     """Write the step's val file(s), one per repeat, and return repeat 0's val metrics (contract names)."""
     metrics: dict = {}
     for repeat in range(eval_repeats(cfg)):

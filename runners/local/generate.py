@@ -70,12 +70,14 @@ def decode(
     eos_id: int,
     pad_id: int,
     top_k: int = 0,
+    logits_dtype: torch.dtype | None = None,
 ) -> Decoded:
     """Generate ``n`` responses per prompt with a KV cache; the loop behind :func:`sample` and the sampler.
 
     Each prompt is prefilled once and its cache copied to its n rows. Sampling is from
     ``softmax(logits / temperature)`` over the full vocabulary with ``generator`` (the only
     randomness: a seeded generator reproduces the samples); ``temperature == 0`` is greedy argmax.
+    ``logits_dtype`` (None: as computed) rounds the logits to that dtype before the softmax.
     """
     if n < 1 or max_new_tokens < 1 or temperature < 0:
         raise ValueError(
@@ -97,6 +99,8 @@ def decode(
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, token_lp, head_ids, head_lp, alive = [], [], [], [], []
     for step in range(max_new_tokens):
+        if logits_dtype is not None:
+            logits = logits.to(logits_dtype)
         log_q = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)
         token = log_q.argmax(dim=-1) if temperature == 0 else _draw(log_q.exp(), generator)
         live = ~finished

@@ -13,6 +13,17 @@ Mismatch knobs (``backend.sampler``), applied in this order at every sync:
 * ``weight_noise``: Gaussian noise with std ``weight_noise x std(tensor)`` per tensor;
 * ``weight_dtype``: round every weight to this dtype (``bfloat16``/``float16``; ``float8_e4m3fn``
   with a per-tensor scale ``amax / 448``), compute in fp32.
+
+Those three change the weights; the next three change how the sampler computes with them. They are
+systematic: the same context gets the same error at every sync (weight noise is redrawn each sync):
+
+* ``compute_dtype``: the sampler's forward runs in this dtype (``bfloat16``: bf16 weights *and*
+  bf16 activations, matmuls and attention, as a bf16 inference engine computes);
+* ``kv_cache_bits``: keys (after their RMSNorm, before rotary) and values are fake-quantised to this
+  many bits, symmetric absmax per token and key/value head, as a quantised KV cache stores them
+  (0 = off; 8 or 4);
+* ``logits_dtype``: the final logits are rounded to this dtype before the softmax (a lower-precision
+  lm-head/sampling path).
 """
 
 from __future__ import annotations
@@ -29,6 +40,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
           "float8_e4m3fn": torch.float8_e4m3fn}
 #: Largest finite value of each 8-bit float: fp8 rounding uses a per-tensor scale, as fp8 inference does.
 _FP8_MAX = {torch.float8_e4m3fn: 448.0}
+#: Dtypes the sampler may compute its forward / logits in.
+COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV_CACHE_BITS = (0, 8, 4)
 
 
 @dataclass
@@ -94,6 +108,43 @@ def check_sampler_config(sampler_cfg: DictConfig) -> None:
         raise ValueError(f"backend.sampler.int8_weights must be true or false, got {sampler_cfg.int8_weights!r}")
     if not sampler_cfg.weight_noise >= 0:
         raise ValueError(f"backend.sampler.weight_noise must be >= 0, got {sampler_cfg.weight_noise}")
+    for key in ("compute_dtype", "logits_dtype"):
+        value = sampler_cfg.get(key, "float32")
+        if value not in COMPUTE_DTYPES:
+            raise ValueError(f"backend.sampler.{key}={value!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
+    bits = sampler_cfg.get("kv_cache_bits", 0)
+    if isinstance(bits, bool) or bits not in KV_CACHE_BITS:
+        raise ValueError(f"backend.sampler.kv_cache_bits={bits!r}; allowed: {', '.join(map(str, KV_CACHE_BITS))} "
+                         "(0 = no KV-cache quantisation)")
+
+
+def fake_quantise(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Symmetric absmax fake quantisation of ``x`` over its last dimension to ``bits`` bits."""
+    levels = 2 ** (bits - 1) - 1
+    scale = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12) / levels
+    return ((x.float() / scale).round().clamp(-levels, levels) * scale).to(x.dtype)
+
+
+def quantise_kv_cache(model: torch.nn.Module, bits: int) -> None:
+    """Make ``model`` (a transformers Qwen3) store keys and values as a ``bits``-bit KV cache would.
+
+    Forward hooks on each attention's ``k_norm`` (keys, ``(..., kv_heads, head_dim)``) and
+    ``v_proj`` (values, ``(..., kv_heads * head_dim)``) replace the output by its fake-quantised
+    value, per token and head; prefill and decode steps alike, so cached and new entries match.
+    """
+    for layer in model.model.layers:
+        attention = layer.self_attn
+        head_dim = attention.head_dim
+
+        def keys(_module, _inputs, output):
+            return fake_quantise(output, bits)
+
+        def values(_module, _inputs, output, head_dim=head_dim):
+            shaped = output.reshape(*output.shape[:-1], -1, head_dim)
+            return fake_quantise(shaped, bits).reshape(output.shape)
+
+        attention.k_norm.register_forward_hook(keys)
+        attention.v_proj.register_forward_hook(values)
 
 
 @torch.no_grad()
@@ -126,7 +177,12 @@ class Sampler:
 
     def __init__(self, model: torch.nn.Module, tokenizer, sampler_cfg: DictConfig, top_k: int):
         check_sampler_config(sampler_cfg)
-        self.model = copy.deepcopy(model).eval()
+        self.model = copy.deepcopy(model).eval().to(COMPUTE_DTYPES[sampler_cfg.get("compute_dtype", "float32")])
+        bits = sampler_cfg.get("kv_cache_bits", 0)
+        if bits:
+            quantise_kv_cache(self.model, bits)
+        logits_dtype = COMPUTE_DTYPES[sampler_cfg.get("logits_dtype", "float32")]
+        self.logits_dtype = None if logits_dtype == torch.float32 else logits_dtype
         self.tokenizer = tokenizer
         self.cfg = sampler_cfg
         self.top_k = top_k
@@ -156,7 +212,7 @@ class Sampler:
             raise ValueError(f"sampling temperature must be > 0, got {temperature}")
         tok = self.tokenizer
         out = decode(self.model, prompts, n, max_new_tokens, temperature, generator, tok.eos_token_id,
-                     tok.pad_token_id, top_k=self.top_k if return_head else 0)
+                     tok.pad_token_id, top_k=self.top_k if return_head else 0, logits_dtype=self.logits_dtype)
         mask = out.alive
         if return_head:
             head_ids, head_lp = out.head_ids, out.head_log_probs

@@ -44,35 +44,27 @@ class Problem:
     answer: str
 
 
-class ArithmeticTask:
-    """Seeded arithmetic problems: held-out eval sets, a training stream, and the reward.
+class SeededTask:
+    """A finite problem space indexed ``0 .. space_size - 1``, split into held-out sets and a training stream.
 
-    Config keys (`data` group): digits (>= 1), operation (add | sub | mul), seed (the data
-    seed; fixes the eval sets, independent of the run seed), prompt_template (contains `{a}`
-    and `{b}`, optionally `{op}`; every other character must be in the tokenizer's vocabulary),
-    eval_sets (a list of {name, size}; names distinct and not the training stream's name).
-    Any bad value raises ValueError naming the key, before anything is computed.
+    With ``data.seed``, ``data.eval_sets`` (a list of {name, size}) are drawn without replacement
+    from the space; the training stream samples uniformly, with replacement, from the rest, so no
+    held-out problem is ever trained on. Subclasses define the space (``space_size``), a problem
+    (``_problem``), the reference response of the warm start (``reference_response``) and the
+    length bounds; the reward is verl's ``math_dapo`` scorer for every task.
     """
 
-    def __init__(self, data_cfg: DictConfig) -> None:
-        self.digits = _int_key(data_cfg, "digits", minimum=1)
-        self.operation = data_cfg.get("operation", "add")
-        if self.operation not in OPERATIONS:
-            raise ValueError(f"data.operation must be one of {sorted(OPERATIONS)}, got {self.operation!r}")
-        self.op_symbol, self._apply = OPERATIONS[self.operation]
+    train_data_source = TRAIN_DATA_SOURCE
+
+    def __init__(self, data_cfg: DictConfig, space_size: int, description: str) -> None:
         self.seed = _int_key(data_cfg, "seed", minimum=0)
-        self.prompt_template = _check_template(data_cfg.get("prompt_template"))
-
-        self._lo = 10 ** (self.digits - 1) if self.digits > 1 else 0
-        self._span = 10**self.digits - self._lo
-        self.space_size = self._span * self._span
-
-        specs = _eval_specs(data_cfg.get("eval_sets"))
+        self.space_size = space_size
+        specs = _eval_specs(data_cfg.get("eval_sets"), self.train_data_source)
         total = sum(size for _, size in specs)
         if total >= self.space_size:
             raise ValueError(
-                f"data.eval_sets hold {total} problems in all, but {self.digits}-digit "
-                f"{self.operation} has only {self.space_size} (some must remain for training)"
+                f"data.eval_sets hold {total} problems in all, but {description} has only {self.space_size} "
+                "(some must remain for training)"
             )
         rng = np.random.default_rng(self.seed)
         drawn = rng.choice(self.space_size, size=total, replace=False)
@@ -90,6 +82,17 @@ class ArithmeticTask:
         self._held_out_gaps = self._held_out - np.arange(len(self._held_out), dtype=np.int64)
         self.train_size = self.space_size - total
         self._verl_score: Callable[..., dict[str, Any]] | None = None
+
+    def _problem(self, index: int, problem_id: str | None, data_source: str) -> Problem:
+        raise NotImplementedError
+
+    def reference_response(self, problem: Problem, generator: torch.Generator) -> str:
+        """A correct response for the supervised warm start (may draw from ``generator``)."""
+        raise NotImplementedError
+
+    def max_response_tokens(self) -> int:
+        """Tokens of the longest correct response, its eos included (character tokenizer)."""
+        raise NotImplementedError
 
     # -- problems ---------------------------------------------------------------------------
 
@@ -115,41 +118,16 @@ class ArithmeticTask:
             ranks = generator.integers(0, self.train_size, size=n)
         else:
             raise TypeError(f"generator must be a torch.Generator or numpy Generator, got {type(generator)}")
-        return [self._problem(int(i), None, TRAIN_DATA_SOURCE) for i in self._train_indices(ranks)]
+        return [self._problem(int(i), None, self.train_data_source) for i in self._train_indices(ranks)]
 
     def _train_indices(self, ranks: np.ndarray) -> np.ndarray:
         # The r-th (0-based) index not held out is r + #{held-out h_j : h_j - j <= r}.
         ranks = np.asarray(ranks, dtype=np.int64)
         return ranks + np.searchsorted(self._held_out_gaps, ranks, side="right")
 
-    def _problem(self, index: int, problem_id: str | None, data_source: str) -> Problem:
-        a = self._lo + index // self._span
-        b = self._lo + index % self._span
-        content = (
-            self.prompt_template.replace("{a}", str(a)).replace("{op}", self.op_symbol).replace("{b}", str(b))
-        )
-        return Problem(
-            problem_id=problem_id or f"{data_source}-{a}{self.op_symbol}{b}",
-            data_source=data_source,
-            messages=[{"role": "user", "content": content}],
-            answer=str(self._apply(a, b)),
-        )
-
-    # -- lengths ----------------------------------------------------------------------------
-
-    def max_answer_chars(self) -> int:
-        """Characters of the longest answer in the problem space (sign included)."""
-        hi = self._lo + self._span - 1
-        corners = [self._apply(x, y) for x in (self._lo, hi) for y in (self._lo, hi)]
-        return max(len(str(c)) for c in corners)
-
-    def max_response_tokens(self) -> int:
-        """Tokens of the longest correct response `\\boxed{<answer>}<|im_end|>` (char tokenizer)."""
-        return len("\\boxed{}") + self.max_answer_chars() + 1
-
     def max_prompt_tokens(self, tokenizer: Any) -> int:
-        """Tokens of the longest chat-templated prompt (operands have fixed width, so all are equal)."""
-        largest = self._problem(self.space_size - 1, "probe", "probe")  # both operands at their maximum
+        """Tokens of the longest chat-templated prompt (the last problem of the space is the longest)."""
+        largest = self._problem(self.space_size - 1, "probe", "probe")
         return len(prompt_token_ids(tokenizer, largest))
 
     # -- reward -----------------------------------------------------------------------------
@@ -167,6 +145,57 @@ class ArithmeticTask:
             self._verl_score = math_dapo.compute_score
         result = self._verl_score(response_text, problem.answer)
         return float(result["score"]), int(bool(result["acc"]))
+
+
+class ArithmeticTask(SeededTask):
+    """Seeded arithmetic problems `a <op> b`: held-out eval sets, a training stream, and the reward.
+
+    Config keys (`data` group): digits (>= 1), operation (add | sub | mul), seed (the data
+    seed; fixes the eval sets, independent of the run seed), prompt_template (contains `{a}`
+    and `{b}`, optionally `{op}`; every other character must be in the tokenizer's vocabulary),
+    eval_sets (a list of {name, size}; names distinct and not the training stream's name).
+    Any bad value raises ValueError naming the key, before anything is computed.
+    """
+
+    def __init__(self, data_cfg: DictConfig) -> None:
+        self.digits = _int_key(data_cfg, "digits", minimum=1)
+        self.operation = data_cfg.get("operation", "add")
+        if self.operation not in OPERATIONS:
+            raise ValueError(f"data.operation must be one of {sorted(OPERATIONS)}, got {self.operation!r}")
+        self.op_symbol, self._apply = OPERATIONS[self.operation]
+        self.prompt_template = _check_template(data_cfg.get("prompt_template"))
+        self._lo = 10 ** (self.digits - 1) if self.digits > 1 else 0
+        self._span = 10**self.digits - self._lo
+        super().__init__(data_cfg, self._span * self._span, f"{self.digits}-digit {self.operation}")
+
+    def _problem(self, index: int, problem_id: str | None, data_source: str) -> Problem:
+        a = self._lo + index // self._span
+        b = self._lo + index % self._span
+        content = (
+            self.prompt_template.replace("{a}", str(a)).replace("{op}", self.op_symbol).replace("{b}", str(b))
+        )
+        return Problem(
+            problem_id=problem_id or f"{data_source}-{a}{self.op_symbol}{b}",
+            data_source=data_source,
+            messages=[{"role": "user", "content": content}],
+            answer=str(self._apply(a, b)),
+        )
+
+    def reference_response(self, problem: Problem, generator: torch.Generator) -> str:
+        """`\\boxed{<answer>}` (draws nothing from ``generator``)."""
+        return response_text(problem)
+
+    # -- lengths ----------------------------------------------------------------------------
+
+    def max_answer_chars(self) -> int:
+        """Characters of the longest answer in the problem space (sign included)."""
+        hi = self._lo + self._span - 1
+        corners = [self._apply(x, y) for x in (self._lo, hi) for y in (self._lo, hi)]
+        return max(len(str(c)) for c in corners)
+
+    def max_response_tokens(self) -> int:
+        """Tokens of the longest correct response `\\boxed{<answer>}<|im_end|>` (char tokenizer)."""
+        return len("\\boxed{}") + self.max_answer_chars() + 1
 
 
 def prompt_token_ids(tokenizer: Any, problem: Problem) -> list[int]:
@@ -208,7 +237,7 @@ def _check_template(template: Any) -> str:
     return template
 
 
-def _eval_specs(eval_sets: Any) -> list[tuple[str, int]]:
+def _eval_specs(eval_sets: Any, train_data_source: str = TRAIN_DATA_SOURCE) -> list[tuple[str, int]]:
     if not isinstance(eval_sets, list | ListConfig) or len(eval_sets) == 0:
         raise ValueError(f"data.eval_sets must be a non-empty list of {{name, size}}, got {eval_sets!r}")
     specs: list[tuple[str, int]] = []
@@ -219,9 +248,9 @@ def _eval_specs(eval_sets: Any) -> list[tuple[str, int]]:
             raise ValueError(
                 f"data.eval_sets[{position}].name must be a non-empty lowercase string, got {name!r}"
             )
-        if name == TRAIN_DATA_SOURCE:
+        if name == train_data_source:
             raise ValueError(
-                f"data.eval_sets[{position}].name may not be {TRAIN_DATA_SOURCE!r} (the training stream)"
+                f"data.eval_sets[{position}].name may not be {train_data_source!r} (the training stream)"
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"data.eval_sets[{position}].size must be an integer >= 1, got {size!r}")
@@ -233,3 +262,14 @@ def _eval_specs(eval_sets: Any) -> list[tuple[str, int]]:
             f"data.eval_sets names must be distinct (they are data_source values), repeated: {duplicates}"
         )
     return specs
+
+
+def build_task(data_cfg: DictConfig) -> SeededTask:
+    """The task named by ``data.name``: ``synthetic_arith`` (the default) or ``sum_scratchpad``."""
+    from runners.local.scratchpad_task import ScratchpadSumTask
+
+    tasks = {"synthetic_arith": ArithmeticTask, "sum_scratchpad": ScratchpadSumTask}
+    name = data_cfg.get("name", "synthetic_arith")
+    if name not in tasks:
+        raise ValueError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
+    return tasks[name](data_cfg)

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from ablations.score_centering import centering_term, head_log_probs
+from runners.local.diagnostics import CenteringGradient, shared_context
 from runners.local.generate import left_pad, position_ids_from_mask
 from runners.local.replay_buffer import Group
 from runners.local.sampler import Rollout, collate
@@ -111,6 +112,9 @@ class PolicyTrainer:
         micro = self.cfg.backend.micro_batch_size
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
+        diagnose = bool(self.cfg.backend.get("gradient_diagnostics", True))
+        centering_grad = CenteringGradient([p for p in self.model.parameters() if p.requires_grad]) if diagnose else None
+        shared = shared_context(rollout.response_ids, rollout.response_mask, self.cfg.trainer.n)
         for start in range(0, rows, micro):
             part = slice(start, start + micro)
             mb = rollout.rows(part)
@@ -124,10 +128,14 @@ class PolicyTrainer:
             if self.score_centering:
                 correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap)
                 kwargs["sc_correction"] = correction
+            elif diagnose:  # the counterfactual correction of the SC arm with this arm's cap
+                correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap)
             else:
                 with torch.no_grad():
                     _, q_mass, p_mass = centering_term(train_head.detach(), sampler_head)
             advantages = batch.advantages[part, : mask.shape[1]].to(device)
+            if diagnose:
+                centering_grad.add(torch.where(mask.bool(), advantages * correction, 0.0).sum() / total_tokens)
             loss, loss_metrics = self.loss_fn(
                 old_log_prob=mb.log_probs.to(device), log_prob=log_prob, advantages=advantages,
                 response_mask=mask, loss_agg_mode=self.cfg.trainer.loss_agg_mode, config=self.config, **kwargs,
@@ -142,15 +150,20 @@ class PolicyTrainer:
                     "mismatch/sampler_head_mass": _masked_sum(q_mass, mask),
                     "mismatch/train_head_mass": _masked_sum(p_mass, mask),
                     "mismatch/sampled_in_head": _masked_sum(in_head, mask),
+                    "diag/shared_context_fraction": _masked_sum(shared[part, : mask.shape[1]].float(), mask),
                 }
             for key, value in loss_metrics.items():
                 # pg_loss is already scaled by the global token count; the rest are micro-batch means
                 local[key] = value if key == "actor/pg_loss" else value * tokens
             for key, value in local.items():
                 sums[key] = sums.get(key, 0.0) + value
+        grad_metrics = centering_grad.metrics(self.score_centering) if diagnose else {}
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
         self.optimizer.step()
         metrics = {k: (v if k == "actor/pg_loss" else v / total_tokens) for k, v in sums.items()}
+        metrics["diag/tail_mass_sampler"] = 1.0 - metrics["mismatch/sampler_head_mass"]
+        metrics["diag/tail_mass_trainer"] = 1.0 - metrics["mismatch/train_head_mass"]
+        metrics.update(grad_metrics)
         metrics["actor/grad_norm"] = float(grad_norm)
         if self.score_centering:
             metrics["actor/sc_sampler_head_mass"] = metrics["mismatch/sampler_head_mass"]

@@ -41,7 +41,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from runners.local.generate import left_pad, position_ids_from_mask, sample
 from runners.local.model import build_model
-from runners.local.task import ArithmeticTask, Problem, prompt_token_ids, response_text
+from runners.local.task import Problem, SeededTask, build_task, prompt_token_ids, response_text
 from runners.local.tokenizer import build_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -109,11 +109,14 @@ def sft_batch(
     tokenizer: PreTrainedTokenizerBase,
     problems: list[Problem],
     prompt_cache: dict[str, list[int]] | None = None,
+    task: SeededTask | None = None,
+    generator: torch.Generator | None = None,
 ) -> dict[str, torch.Tensor]:
     """Left-padded prompt+response batch: input_ids, attention_mask, position_ids, loss_mask.
 
-    loss_mask[b, t] = 1 where token t is a response token (`\\boxed{<answer>}<|im_end|>`),
-    i.e. a target of the prediction made at position t - 1.
+    The response is ``task.reference_response(problem, generator)`` (the arithmetic task's
+    `\\boxed{<answer>}` when ``task`` is None) followed by eos; loss_mask[b, t] = 1 where token t
+    is a response token, i.e. a target of the prediction made at position t - 1.
     """
     eos = tokenizer.eos_token_id
     sequences, response_lengths = [], []
@@ -124,7 +127,8 @@ def sft_batch(
             prompt = prompt_token_ids(tokenizer, problem)
             if prompt_cache is not None:
                 prompt_cache[problem.problem_id] = prompt
-        response = tokenizer(response_text(problem), add_special_tokens=False)["input_ids"] + [eos]
+        text = response_text(problem) if task is None else task.reference_response(problem, generator)
+        response = tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
         sequences.append(prompt + response)
         response_lengths.append(len(response))
     input_ids, attention_mask = left_pad(sequences, tokenizer.pad_token_id)
@@ -162,11 +166,12 @@ def train_warm_start(cfg: DictConfig, progress: bool = True) -> tuple[Qwen3ForCa
     """
     s = _settings(cfg)
     tokenizer = build_tokenizer()
-    task = ArithmeticTask(cfg.data)
+    task = build_task(cfg.data)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(s["seed"])
         model = build_model(cfg.model, tokenizer)
     data_generator = torch.Generator().manual_seed(s["seed"])
+    response_generator = torch.Generator().manual_seed(s["seed"] + 1)  # e.g. the scratchpad's order
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=s["lr"], betas=(0.9, 0.99), weight_decay=s["weight_decay"]
     )
@@ -178,7 +183,8 @@ def train_warm_start(cfg: DictConfig, progress: bool = True) -> tuple[Qwen3ForCa
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = s["lr"] * _lr_factor(step, s)
-        batch = sft_batch(tokenizer, task.sample_train(data_generator, s["batch_size"]), prompt_cache)
+        problems = task.sample_train(data_generator, s["batch_size"])
+        batch = sft_batch(tokenizer, problems, prompt_cache, task, response_generator)
         loss = sft_loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -265,7 +271,7 @@ def load_base_model(path: Path, model_cfg: DictConfig | None = None) -> Qwen3For
 def sampled_accuracy(
     model: Qwen3ForCausalLM,
     tokenizer: PreTrainedTokenizerBase,
-    task: ArithmeticTask,
+    task: SeededTask,
     problems: list[Problem],
     n: int,
     temperature: float,
@@ -292,36 +298,38 @@ def _main() -> None:
     parser.add_argument("--cache-root", type=Path, default=Path("results/.cache/warmstart"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--samples", type=int, default=8, help="samples per held-out problem")
+    parser.add_argument("--model", default="tiny_qwen3", help="conf/model/NAME.yaml")
+    parser.add_argument("--data", default="synthetic_arith", help="conf/data/NAME.yaml")
     parser.add_argument("--ship", action="store_true",
-                        help="train the default config afresh and write the shipped base model "
-                             "(runners/local/assets/, see runners/local/base_model.py)")
+                        help="train the chosen config afresh and write its shipped base model "
+                             "(runners/local/assets/<model>_base/, see runners/local/base_model.py)")
     parser.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. model.warmstart.steps=300")
     args = parser.parse_args()
     if args.ship and args.overrides:
-        parser.error("--ship writes the default config's base model; change conf/model/tiny_qwen3.yaml "
+        parser.error(f"--ship writes the base model of conf/model/{args.model}.yaml as it is; change that file "
                      f"instead of passing overrides ({' '.join(args.overrides)})")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
-    cfg = OmegaConf.create(
-        {
-            "model": OmegaConf.load(conf / "model/tiny_qwen3.yaml"),
-            "data": OmegaConf.load(conf / "data/synthetic_arith.yaml"),
-        }
-    )
-    cfg.merge_with_dotlist(args.overrides)
+    from hydra import compose, initialize_config_dir
+
+    # composed as a run composes them, so the cache key (and a shipped model's key) is the one a run looks up
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        composed = compose("config", overrides=[f"model={args.model}", f"data={args.data}", *args.overrides])
+    cfg = OmegaConf.create({"model": composed.model, "data": composed.data})
     if args.ship:
         from runners.local import base_model
 
         trained, stats = train_warm_start(cfg)
-        manifest = base_model.write_shipped(trained, cfg, stats)
+        asset_dir = base_model.asset_dir_for(cfg)
+        manifest = base_model.write_shipped(trained, cfg, stats, asset_dir)
         print(json.dumps({k: v for k, v in manifest.items() if k != "recipe"}))
-        model = base_model.load_shipped(cfg.model)
+        model = base_model.load_shipped(cfg.model, asset_dir)
     else:
         path = warm_start(cfg, args.cache_root)
         print(json.dumps({k: v for k, v in json.loads((path / MARKER).read_text()).items() if k != "loss_curve"}))
         model = load_base_model(path, cfg.model)
     tokenizer = build_tokenizer()
-    task = ArithmeticTask(cfg.data)
+    task = build_task(cfg.data)
     generator = torch.Generator().manual_seed(0)
     for name, problems in task.eval_sets().items():
         acc = sampled_accuracy(model, tokenizer, task, problems, args.samples, 1.0, generator)
