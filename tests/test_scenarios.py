@@ -161,36 +161,41 @@ def test_generate_without_head_samples_the_same_tokens(setup):
     assert without.head_ids.shape == with_head.head_ids.shape and torch.isinf(without.head_log_probs).all()
 
 
-def _k1(setup, overrides: list[str], sync_seed: int = 0) -> tuple[float, torch.Tensor]:
-    """(mean of log q(a) - log p(a) over response tokens: a k1 estimate of KL(q || p), the sampler's
-    log-probs) for a sampler synced with ``sync_seed``; same prompts and sampling stream every call."""
+def _kl(setup, overrides: list[str], sync_seed: int = 0) -> tuple[float, torch.Tensor]:
+    """(exact mean KL(q || p) over response tokens, the sampler's returned log-probs) for a sampler synced
+    with ``sync_seed``; same prompts and sampling stream every call. The sampler's full distribution is
+    recomputed by its own forward (its dtype and KV quantisation included) and its logits rounding."""
     tok, model, prompts = setup
     cfg = composed(overrides)
     sampler = Sampler(model, tok, cfg.backend.sampler, cfg.method.top_k)
     sampler.sync(model, 0, torch.Generator().manual_seed(sync_seed))
     rollout = sampler.generate(prompts, 4, cfg.rollout.max_response_length, 1.0, torch.Generator().manual_seed(1))
     with torch.no_grad():
+        logits_q = response_logits(sampler.model, rollout, tok.pad_token_id, 1.0)
+        if sampler.logits_dtype is not None:
+            logits_q = logits_q.to(sampler.logits_dtype).float()
+        log_q = torch.log_softmax(logits_q, -1)
         log_p = torch.log_softmax(response_logits(model, rollout, tok.pad_token_id, 1.0), -1)
     mask = rollout.response_mask.bool()
-    log_p_a = log_p.gather(-1, rollout.response_ids[..., None]).squeeze(-1)
-    return float((rollout.log_probs - log_p_a)[mask].mean()), rollout.log_probs
+    kl = (log_q.exp() * (log_q - log_p)).sum(-1)
+    return float(kl[mask].mean()), rollout.log_probs
 
 
 def test_systematic_knobs_move_the_sampler_and_repeat_at_every_sync(setup):
     on = "scenario=on_policy"
-    k1 = {name: _k1(setup, [on, *extra])[0] for name, extra in {
+    kl = {name: _kl(setup, [on, *extra])[0] for name, extra in {
         "fp32": [], "bf16_compute": ["backend.sampler.compute_dtype=bfloat16"],
         "kv8": ["backend.sampler.kv_cache_bits=8"], "kv4": ["backend.sampler.kv_cache_bits=4"],
         "logits_bf16": ["backend.sampler.logits_dtype=bfloat16"]}.items()}
-    assert abs(k1["fp32"]) < 1e-6, k1
+    assert abs(kl["fp32"]) < 1e-7, kl
     for name in ("bf16_compute", "kv8", "kv4", "logits_bf16"):
-        assert k1[name] > 1e-5, (name, k1)
-    assert k1["kv4"] > 10 * k1["kv8"], k1  # 4 bits: 16x coarser steps than 8 bits
+        assert kl[name] > 1e-7, (name, kl)
+    assert kl["kv4"] > 10 * kl["kv8"], kl  # 4 bits: 16x coarser steps than 8 bits
     # systematic: a re-sync (another sync stream) reproduces the sampler's log-probs exactly, unlike weight noise
     for knob in ("backend.sampler.compute_dtype=bfloat16", "backend.sampler.kv_cache_bits=4",
                  "backend.sampler.logits_dtype=bfloat16"):
-        assert torch.equal(_k1(setup, [on, knob], 0)[1], _k1(setup, [on, knob], 7)[1]), knob
-    assert not torch.equal(_k1(setup, ["scenario=noise_small"], 0)[1], _k1(setup, ["scenario=noise_small"], 7)[1])
+        assert torch.equal(_kl(setup, [on, knob], 0)[1], _kl(setup, [on, knob], 7)[1]), knob
+    assert not torch.equal(_kl(setup, ["scenario=noise_small"], 0)[1], _kl(setup, ["scenario=noise_small"], 7)[1])
 
 
 @pytest.mark.parametrize("scenario", ["bf16_compute", "kv4", "logits_bf16"])
