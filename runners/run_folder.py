@@ -32,11 +32,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runners.run_record import METRICS_FILE, remove_stale_temp_files
+from runners.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
+from runners.run_record import remove_stale_temp_files
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.yaml"
 EXTENSIBLE_KEY = "trainer.total_steps"
 ABANDONED_DIR = ".abandoned"
 #: Entries of a reused empty folder that stay in place: the new launch's log and Hydra's record of it.
@@ -63,7 +63,7 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
             return f"{metrics} (unreadable)"
         if train:
             return f"{metrics} ({len(train)} train steps)"
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = run_dir / CHECKPOINTS_DIR
     if checkpoints.is_dir():
         kept = [p for p in checkpoints.iterdir() if not p.name.endswith(".tmp")]
         if kept:
@@ -71,8 +71,8 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
     for logger in sorted((run_dir / "verl").glob("attempt-*/metrics.jsonl")):
         if logger.stat().st_size > 0:
             return f"{logger} (verl metrics)"
-    if (run_dir / "export").exists():
-        return f"{run_dir / 'export'}"
+    if (run_dir / EXPORT_DIR).exists():
+        return f"{run_dir / EXPORT_DIR}"
     return None
 
 
@@ -113,8 +113,8 @@ def prepare(run_dir: Path, kind: str, config_yaml: str) -> None:
     """Tidy ``run_dir`` for a launch of plan ``kind`` with ``config_yaml``, before that config is
     written; call it only while holding the folder's lock."""
     run_dir = Path(run_dir)
-    nested = [p for top in ("val", "export") for p in sorted((run_dir / top).rglob("*")) if p.is_dir()]
-    for folder in (run_dir, run_dir / "val", run_dir / "checkpoints", run_dir / "export", *nested):
+    nested = [p for top in (VAL_DIR, EXPORT_DIR) for p in sorted((run_dir / top).rglob("*")) if p.is_dir()]
+    for folder in (run_dir, run_dir / VAL_DIR, run_dir / CHECKPOINTS_DIR, run_dir / EXPORT_DIR, *nested):
         for stale in remove_stale_temp_files(folder):
             log.info("removed %s (left by a write that was interrupted)", stale)
     if kind == "reuse_empty":

@@ -23,6 +23,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from runners.run_contract import CHECKPOINTS_DIR
+
 _ATTEMPT = re.compile(r"^attempt-(\d{3,})$")
 
 
@@ -31,7 +33,7 @@ def verl_dir(run_dir: Path) -> Path:
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
-    return Path(run_dir).resolve() / "checkpoints"
+    return Path(run_dir).resolve() / CHECKPOINTS_DIR
 
 
 def validation_dump_dir(run_dir: Path) -> Path:
@@ -49,15 +51,12 @@ def dry_run_dir(run_dir: Path) -> Path:
 def attempts(run_dir: Path) -> list[int]:
     """Numbers of the attempts started so far, ascending."""
     folder = verl_dir(run_dir)
-    if not folder.is_dir():
-        return []
-    found = (_ATTEMPT.match(p.name) for p in folder.iterdir() if p.is_dir())
+    found = (_ATTEMPT.match(p.name) for p in (folder.iterdir() if folder.is_dir() else []) if p.is_dir())
     return sorted(int(m.group(1)) for m in found if m)
 
 
 def next_attempt(run_dir: Path) -> int:
-    done = attempts(run_dir)
-    return (done[-1] + 1) if done else 1
+    return max(attempts(run_dir), default=0) + 1
 
 
 def resume_step(ckpt_dir: Path) -> int | None:

@@ -102,11 +102,8 @@ def parse(entry: str) -> tuple[str, Any, str]:
 def data_files(cfg: DictConfig) -> tuple[Path, list[Path]]:
     """Absolute paths of the training parquet and the evaluation parquets (in ``data.eval_sets`` order)."""
     root = Path(str(cfg.data.dir)).expanduser()
-    if not root.is_absolute():
-        root = root.resolve()
-    train = root / str(cfg.data.train.file)
-    evals = [root / str(s.file) for s in cfg.data.eval_sets]
-    return train, evals
+    root = root if root.is_absolute() else root.resolve()
+    return root / str(cfg.data.train.file), [root / str(s.file) for s in cfg.data.eval_sets]
 
 
 def is_score_centering(cfg: DictConfig) -> bool:
@@ -116,22 +113,15 @@ def is_score_centering(cfg: DictConfig) -> bool:
 def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor."""
     modules = [REGISTRY_MODULE] + ([SC_HOOK_MODULE] if is_score_centering(cfg) else [])
-    return {
-        "VERL_FILE_LOGGER_PATH": str(paths.file_logger),
-        "VERL_USE_EXTERNAL_MODULES": ",".join(modules),
-    }
+    return {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
 
 
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
     """The rollout-correction block, identical on the driver and the actor side, every key explicit
     (8718ca30 compares the two blocks key by key with no defaults)."""
     cap = cfg.method.tis_cap
-    return {
-        "bypass_mode": True,
-        "loss_type": "reinforce",
-        "rollout_is": "token" if cap is not None else None,
-        "rollout_is_threshold": float(cap) if cap is not None else rev.DEFAULT_IS_THRESHOLD,
-    }
+    return {**rev.BYPASS_REINFORCE, "rollout_is": "token" if cap is not None else None,
+            "rollout_is_threshold": float(cap) if cap is not None else rev.DEFAULT_IS_THRESHOLD}
 
 
 def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
@@ -211,10 +201,7 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.actor.entropy_coeff", 0.0)
     put("actor_rollout_ref.actor.use_kl_loss", False)
     put("actor_rollout_ref.actor.calculate_entropy", bool(actor.calculate_entropy))
-    put(
-        "actor_rollout_ref.actor.entropy_from_logits_with_chunking",
-        bool(actor.entropy_from_logits_with_chunking),
-    )
+    put("actor_rollout_ref.actor.entropy_from_logits_with_chunking", bool(actor.entropy_from_logits_with_chunking))
     put("actor_rollout_ref.actor.data_loader_seed", int(cfg.seed))
     put("actor_rollout_ref.actor.checkpoint.save_contents", list(actor.checkpoint_contents))
 

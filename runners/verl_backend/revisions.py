@@ -54,6 +54,8 @@ INSTALL_COMMAND = SCORE_CENTERING.install
 #: ``RolloutCorrectionConfig.rollout_is_threshold``'s default (a test holds it equal to the installed
 #: verl's). Written on both sides for arms without TIS: 8718ca30 compares the blocks with no defaults.
 DEFAULT_IS_THRESHOLD = 2.0
+#: Bypass mode with REINFORCE: the sampler's log-prob is ``old_log_prob`` (no recompute pass), no PPO clip.
+BYPASS_REINFORCE = {"bypass_mode": True, "loss_type": "reinforce"}
 DRIVER_RC = "algorithm.rollout_correction"  # read by the driver
 ACTOR_RC = "actor_rollout_ref.actor.policy_loss.rollout_correction"  # read by the actor (not copied)
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -151,8 +153,7 @@ SC_REQUIRES: tuple[Requirement, ...] = (
     Requirement("actor_rollout_ref.model.use_fused_kernels", False, "the head gather needs the full logits"),
     Requirement("actor_rollout_ref.actor.strategy", ("fsdp", "fsdp2"), "the slot is in the FSDP engine"),
     Requirement("distillation.enabled", (False, None), "no distillation with score centering", absent=False),
-    Requirement(f"{DRIVER_RC}.bypass_mode", True, "bypass-mode REINFORCE"),
-    Requirement(f"{DRIVER_RC}.loss_type", "reinforce", "bypass-mode REINFORCE"),
+    *(Requirement(f"{DRIVER_RC}.{k}", v, "bypass-mode REINFORCE") for k, v in BYPASS_REINFORCE.items()),
     Requirement(f"{DRIVER_RC}.rollout_is", (None, "token"), "token-level IS only"),
     Requirement(f"{DRIVER_RC}.rollout_is_batch_normalize", (False, None), "token-level IS only", absent=False),
 )
