@@ -18,29 +18,50 @@ mismatch at once. Every arm minimises the token mean (``loss_agg_mode``, via ver
 needs the trainer's logits at the sampler's head ids, which a policy loss never sees). The TIS
 cap is verl's own ``policy_loss.rollout_correction.rollout_is_threshold`` (default 2.0).
 
-Adding an arm: one function decorated with :func:`arm` here, and one ``conf/method/*.yaml``.
+Adding an arm: one function decorated with :func:`arm` here (declaring what it reads: the TIS cap,
+the ``sc_correction`` term), and one ``conf/method/*.yaml`` (the arm spec, ``runners.schema.MethodConfig``:
+its ``tis_cap`` and ``score_centering`` must fit the declaration; ``runners.validate.check_arm``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 
-#: Names of the arms, in the order used for tables (filled by :func:`arm`).
+#: Names of the arms, in registration order (filled by :func:`arm`).
 ARM_NAMES: list[str] = []
 
 
-def arm(name: str) -> Callable:
-    """Register ``fn`` in verl's policy-loss registry under ``name`` and list it in ``ARM_NAMES``."""
+@dataclass(frozen=True)
+class ArmLoss:
+    """What a registered arm loss reads: the TIS cap (``tis``), the ``sc_correction`` term (``sc``)."""
+
+    name: str
+    tis: bool
+    sc: bool
+
+
+#: The declaration of every arm loss, by loss name (filled by :func:`arm`).
+ARM_LOSSES: dict[str, ArmLoss] = {}
+
+
+def arm(name: str, *, tis: bool = False, sc: bool = False) -> Callable:
+    """Register ``fn`` in verl's policy-loss registry under ``name``, declaring what it reads.
+
+    ``tis``: it weights by ``min(p/q, cap)`` with the cap of the actor config (the arm's yaml needs
+    ``tis_cap``); ``sc``: it needs the keyword ``sc_correction`` (the yaml needs ``score_centering``).
+    """
 
     def decorator(fn: Callable) -> Callable:
         register_policy_loss(name)(fn)
         if name not in ARM_NAMES:
             ARM_NAMES.append(name)
+        ARM_LOSSES[name] = ArmLoss(name=name, tis=tis, sc=sc)
         return fn
 
     return decorator
@@ -158,7 +179,7 @@ def policy_loss_pg(
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, None, None)
 
 
-@arm("ablation_tis")
+@arm("ablation_tis", tis=True)
 def policy_loss_tis(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -174,7 +195,7 @@ def policy_loss_tis(
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, cap, None)
 
 
-@arm("ablation_sc")
+@arm("ablation_sc", sc=True)
 def policy_loss_sc(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -191,7 +212,7 @@ def policy_loss_sc(
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, None, correction)
 
 
-@arm("ablation_sc_tis")
+@arm("ablation_sc_tis", tis=True, sc=True)
 def policy_loss_sc_tis(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

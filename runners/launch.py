@@ -35,7 +35,15 @@ from omegaconf.errors import OmegaConfBaseException
 from runners import run_folder, run_lock
 from runners.provenance import config_sha256
 from runners.run_record import atomic_write_text
-from runners.validate import CONF_DIR, ConfigError, backend_module, check_override_keys, run_dir_of, validate
+from runners.validate import (
+    CONF_DIR,
+    ConfigError,
+    backend_module,
+    check_override_keys,
+    compose_checked,
+    run_dir_of,
+    validate,
+)
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
@@ -70,8 +78,11 @@ def prevalidate(argv: list[str]) -> list[Path]:
     jobs: dict[Path, tuple[int, DictConfig]] = {}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         for job, overrides in enumerate(job_overrides(argv)):
-            check_override_keys(overrides, lambda o: compose(config_name="config", overrides=o))
-            cfg = compose(config_name="config", overrides=overrides)
+            def checked(o: list[str]) -> DictConfig:
+                return compose_checked(lambda x: compose(config_name="config", overrides=x), o)
+
+            check_override_keys(overrides, checked)
+            cfg = checked(overrides)
             run_dir = run_dir_of(cfg)
             if run_dir in jobs:
                 raise ConfigError(f"jobs {jobs[run_dir][0]} and {job} of this sweep would both run in {run_dir} "

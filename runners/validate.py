@@ -1,4 +1,16 @@
-"""Checks of a resolved run config, run before any compute; each error names the key and the allowed values."""
+"""The one validation module: every check of a run config, run before any compute.
+
+Each error names the key and the allowed values. In order (:func:`validate`):
+
+1. the schema (``runners.schema``): types (already enforced by composition, see :func:`compose_checked`),
+   allowed values and ranges of every key, declared once as field metadata;
+2. the arm (:func:`check_arm`): a known method file whose traits (``tis_cap``, ``score_centering``) fit
+   what its registered loss declares (``@arm`` in ``ablations/losses.py``);
+3. cross-field rules (:func:`check_rules`): score centering needs the full distribution, a non-default
+   ``scenario`` only for the local backend, the local sampler's limits, micro-batches that divide the batch;
+4. the run folder (writable, not holding another run) and the backend's checks that need its own
+   computation (the local task's prompt lengths; verl's composed config).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +21,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from runners import schema
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Keys that may change between attempts of one run without making it a different run.
 RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run"})
-LOSS_AGG_MODES = ("token-mean",)
 #: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
+#: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.
+SCENARIO_BACKENDS = ("local",)
 
 
 class ConfigError(ValueError):
@@ -25,67 +40,89 @@ def known_methods() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
 
 
-def _int_at_least(cfg: DictConfig, key: str, minimum: int) -> int:
-    value = OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r}: must be an integer >= {minimum}")
-    return value
+def compose_checked(compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> DictConfig:
+    """``compose(overrides)``, with a schema type error (``trainer.n=abc``) or a rejected rule raised as ConfigError.
+
+    A scenario merged into a backend without a sampler fails to compose (the backend's schema has no
+    ``backend.sampler``); that is reported as the scenario rule of :func:`check_scenario`.
+    """
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ValidationError
+
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    try:
+        return compose(overrides)
+    except ConfigCompositionException as err:
+        scenario = next((o.split("=", 1)[1] for o in overrides if key(o) == "scenario"), "default")
+        if scenario != "default":  # the backend the other group selections give
+            groups = [o for o in overrides if key(o) != "scenario" and (CONF_DIR / key(o)).is_dir()]
+            check_scenario(scenario, OmegaConf.select(compose(groups), "backend.name"))
+        if isinstance(err.__cause__, ValidationError):
+            raise ConfigError(schema.type_message(err.__cause__)) from err
+        raise
 
 
-def _positive(cfg: DictConfig, key: str) -> float:
-    value = OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigError(f"{key}={value!r}: must be a number > 0")
-    return float(value)
+def check_scenario(scenario: str, backend: str) -> None:
+    """A non-default scenario sets the embedded sampler's knobs: only the local backend has them."""
+    if scenario != "default" and backend not in SCENARIO_BACKENDS:
+        raise ConfigError(f"scenario={scenario} sets backend.sampler.* (the embedded sampler's mismatch), which "
+                          f"backend={backend} does not have; allowed with backend={backend}: scenario=default")
 
 
-def check_method(cfg: DictConfig) -> None:
-    """The arm: a known method file, a registered verl loss, a valid cap and head size."""
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+def check_schema(cfg: DictConfig) -> None:
+    """Types, allowed values and ranges of every key (``runners.schema``)."""
+    try:
+        schema.check(cfg)
+    except schema.SchemaError as err:
+        raise ConfigError(str(err)) from err
+
+
+def check_arm(cfg: DictConfig) -> None:
+    """The arm: a known method file, a registered arm loss, traits that fit what the loss reads."""
+    from ablations.losses import ARM_LOSSES
 
     m = cfg.method
     methods = known_methods()
     if m.name not in methods:
         raise ConfigError(f"method.name={m.name!r} is unknown; allowed: {', '.join(methods)}")
-    ours = sorted(k for k in POLICY_LOSS_REGISTRY if k.startswith("ablation_"))
-    if m.loss_mode not in POLICY_LOSS_REGISTRY:
-        raise ConfigError(f"method.loss_mode={m.loss_mode!r} is not a registered verl policy loss; allowed: "
-                          f"{', '.join(ours)}")
-    if m.tis_cap is not None and (isinstance(m.tis_cap, bool) or not m.tis_cap > 0):
-        raise ConfigError(f"method.tis_cap={m.tis_cap!r}: must be null (no TIS) or a number > 0")
-    if "tis" in m.loss_mode and m.tis_cap is None:
-        raise ConfigError(f"method.tis_cap is null but method.loss_mode={m.loss_mode} applies TIS; set a cap > 0")
-    _int_at_least(cfg, "method.top_k", 1)
-    if not isinstance(m.score_centering, bool):
-        raise ConfigError(f"method.score_centering={m.score_centering!r}: must be true or false")
-    if m.score_centering and (cfg.rollout.top_p != 1.0 or cfg.rollout.top_k != -1):
+    loss = ARM_LOSSES.get(m.loss_mode)
+    if loss is None:
+        raise ConfigError(f"method.loss_mode={m.loss_mode!r} is not a registered verl policy loss of an arm "
+                          f"(@arm in ablations/losses.py); allowed: {', '.join(sorted(ARM_LOSSES))}")
+    traits = schema.arm_traits(m)
+    if traits.tis != loss.tis:
+        applies = "applies TIS; allowed: a number > 0" if loss.tis else "applies no TIS; allowed: null"
+        state = " is null" if m.tis_cap is None else f"={m.tis_cap}"
+        raise ConfigError(f"method.tis_cap{state} but method.loss_mode={m.loss_mode} {applies}")
+    if traits.sc != loss.sc:
+        raise ConfigError(f"method.score_centering={m.score_centering} does not fit method.loss_mode={m.loss_mode}, "
+                          f"which {'takes' if loss.sc else 'does not take'} sc_correction; allowed: "
+                          f"method.score_centering={str(loss.sc).lower()}")
+
+
+def check_rules(cfg: DictConfig) -> None:
+    """Rules across keys (the schema has checked each key on its own)."""
+    r = cfg.rollout
+    check_scenario(cfg.scenario, cfg.backend.name)
+    if cfg.method.score_centering and (r.top_p != 1.0 or r.top_k != -1):
         raise ConfigError(
-            f"score centering needs the sampler's full distribution: rollout.top_p={cfg.rollout.top_p}, "
-            f"rollout.top_k={cfg.rollout.top_k}; allowed: rollout.top_p=1.0 and rollout.top_k=-1"
+            f"score centering needs the sampler's full distribution: rollout.top_p={r.top_p}, "
+            f"rollout.top_k={r.top_k}; allowed: rollout.top_p=1.0 and rollout.top_k=-1"
         )
-
-
-def check_common(cfg: DictConfig) -> None:
-    """Keys every backend reads."""
-    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
-        raise ConfigError(f"seed={cfg.seed!r}: must be an integer")
-    for key in ("trainer.total_steps", "trainer.prompts_per_step", "trainer.test_freq", "trainer.save_freq",
-                "rollout.parameter_sync_step", "rollout.max_prompt_length", "rollout.max_response_length",
-                "eval.n"):
-        _int_at_least(cfg, key, 1)
-    _int_at_least(cfg, "trainer.n", 2)  # GRPO: a group of one has zero advantage
-    _int_at_least(cfg, "rollout.max_staleness", 1)
-    for key in ("trainer.lr", "rollout.temperature", "eval.temperature", "trainer.grad_clip"):
-        _positive(cfg, key)
-    if cfg.trainer.weight_decay < 0:
-        raise ConfigError(f"trainer.weight_decay={cfg.trainer.weight_decay}: must be >= 0")
-    if cfg.trainer.resume not in ("auto", "disable"):
-        raise ConfigError(f"trainer.resume={cfg.trainer.resume!r}; allowed: auto, disable")
-    if cfg.trainer.loss_agg_mode not in LOSS_AGG_MODES:
-        raise ConfigError(f"trainer.loss_agg_mode={cfg.trainer.loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
-                          " (identical for all four arms)")
-    if not 0 < cfg.rollout.top_p <= 1:
-        raise ConfigError(f"rollout.top_p={cfg.rollout.top_p}: must be in (0, 1]")
+    if cfg.backend.name != "local":
+        return
+    b = cfg.backend
+    if r.top_p != 1.0 or r.top_k != -1:
+        raise ConfigError(f"rollout.top_p={r.top_p}, rollout.top_k={r.top_k}: the local sampler draws from the "
+                          "full vocabulary; allowed: rollout.top_p=1.0 and rollout.top_k=-1")
+    if cfg.eval.top_p != 1.0:
+        raise ConfigError(f"eval.top_p={cfg.eval.top_p}: the local sampler supports only eval.top_p=1.0")
+    responses = cfg.trainer.prompts_per_step * cfg.trainer.n
+    if responses % b.micro_batch_size:
+        raise ConfigError(f"backend.micro_batch_size={b.micro_batch_size} must divide trainer.prompts_per_step x "
+                          f"trainer.n = {responses}")
 
 
 def _leaf_keys(node: object, prefix: str = "") -> list[str]:
@@ -167,8 +204,9 @@ def validate(cfg: DictConfig, config_yaml: str) -> str:
 
     Returns what the launch may do with the run folder (:func:`check_existing_config`).
     """
-    check_common(cfg)
+    check_schema(cfg)
+    check_arm(cfg)
+    check_rules(cfg)
     check_results_root(run_dir_of(cfg))
-    check_method(cfg)
     backend_module(cfg).validate(cfg)
     return check_existing_config(run_dir_of(cfg), config_yaml)

@@ -28,11 +28,11 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.local.checkpoint import load_latest, save_checkpoint
-from runners.local.evaluate import eval_repeats, evaluate, val_file
+from runners.local.evaluate import evaluate, val_file
 from runners.local.parallel import check_parallel_threads
 from runners.local.replay_buffer import Group, ReplayBuffer
-from runners.local.sampler import Sampler, check_sampler_config
-from runners.local.schedule import check_schedule_config, staleness_histogram, throughput_factor
+from runners.local.sampler import Sampler
+from runners.local.schedule import staleness_histogram, throughput_factor
 from runners.local.task import build_task, prompt_token_ids
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.run_record import RunRecord
@@ -41,40 +41,12 @@ log = logging.getLogger(__name__)
 
 
 def validate(cfg: DictConfig) -> None:
-    """Backend-specific checks; each error names the key and the allowed values."""
-    b, r = cfg.backend, cfg.rollout
-    if r.top_p != 1.0 or r.top_k != -1:
-        raise ValueError(
-            f"rollout.top_p={r.top_p}, rollout.top_k={r.top_k}: the local sampler draws from the full "
-            "vocabulary; allowed: rollout.top_p=1.0 and rollout.top_k=-1"
-        )
-    if cfg.eval.top_p != 1.0:
-        raise ValueError(f"eval.top_p={cfg.eval.top_p}: the local sampler supports only eval.top_p=1.0")
-    eval_repeats(cfg)  # eval.repeats: an integer >= 1
-    if not (isinstance(b.threads, int) and b.threads >= 1):
-        raise ValueError(f"backend.threads must be an integer >= 1, got {b.threads!r}")
+    """The embedded backend's checks that need its own computation (``runners.validate`` runs the schema
+    and the cross-field rules first); each error names the key and the allowed values."""
+    r = cfg.rollout
     check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
-    if b.device not in ("cpu", "cuda"):
-        raise ValueError(f"backend.device={b.device!r}; allowed: cpu, cuda")
-    if b.device == "cuda" and not torch.cuda.is_available():
+    if cfg.backend.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
-    responses = cfg.trainer.prompts_per_step * cfg.trainer.n
-    if b.micro_batch_size < 1 or responses % b.micro_batch_size:
-        raise ValueError(
-            f"backend.micro_batch_size={b.micro_batch_size} must divide trainer.prompts_per_step x "
-            f"trainer.n = {responses}"
-        )
-    if b.head_chunk_rows < 1:
-        raise ValueError(f"backend.head_chunk_rows must be >= 1, got {b.head_chunk_rows}")
-    s = b.sampler
-    check_sampler_config(s)
-    check_schedule_config(s)
-    if not s.speed >= 1.0:
-        raise ValueError(f"backend.sampler.speed={s.speed}: must be >= 1 (batches produced per trainer step)")
-    if not (isinstance(s.run_ahead_batches, int) and s.run_ahead_batches >= 0):
-        raise ValueError(f"backend.sampler.run_ahead_batches must be an integer >= 0, got {s.run_ahead_batches!r}")
-    if not b.keep_checkpoints >= 1:
-        raise ValueError(f"backend.keep_checkpoints must be >= 1, got {b.keep_checkpoints}")
     task = build_task(cfg.data)  # validates the data group
     from runners.local.tokenizer import build_tokenizer
 

@@ -11,8 +11,9 @@ staleness from 0 to the threshold, not a constant.
 
 **The model of it here.** Per trainer step the sampler finishes ``X x speed x prompts_per_step``
 groups (:func:`throughput_factor`), where ``X`` is lognormal with mean 1 and coefficient of
-variation ``backend.sampler.speed_jitter``, drawn from its own seeded stream (the run's other
-random streams are untouched, and a resumed run replays it from the checkpoint). The production
+variation ``backend.sampler.speed_jitter`` (in [0, 10], checked by ``runners.schema``), drawn from
+its own seeded stream (the run's other random streams are untouched, and a resumed run replays it
+from the checkpoint). The production
 gate and the wait are the backend's (``LocalRun.next_batch``): the sampler stops when the buffer
 holds ``run_ahead_batches + 1`` batches (the threshold), and the trainer waits, while the sampler
 tops the buffer up with the current weights, when fewer than a batch remain (staleness 0). With
@@ -36,17 +37,9 @@ from __future__ import annotations
 import math
 
 import torch
-from omegaconf import DictConfig
 
 #: metric name prefix of the per-bucket staleness fractions (verl's name for the mean/max)
 STALENESS_PREFIX = "training/off_policy/trajectory_staleness"
-
-
-def check_schedule_config(sampler_cfg: DictConfig) -> None:
-    """Raise ValueError naming the key when ``backend.sampler.speed_jitter`` is invalid."""
-    jitter = sampler_cfg.get("speed_jitter")
-    if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 10:
-        raise ValueError(f"backend.sampler.speed_jitter must be a number in [0, 10], got {jitter!r}")
 
 
 def throughput_factor(jitter: float, generator: torch.Generator) -> float:
