@@ -76,27 +76,49 @@ from runners.run_contract import (  # noqa: F401 - the contract's names, re-expo
     val_file_name,
     val_metric_names,
 )
+from runners.schema import ArmTraits, arm_traits
 
 ACC_TOLERANCE = 1e-6
 MAX_EXAMPLES = 3  # examples listed per kind of line error in one file; the rest are counted
 
 
-def is_tis_arm(method: str) -> bool:
-    """A method whose name contains ``"tis"`` is a TIS arm (``tis``, ``sc_tis``)."""
-    return "tis" in method
+def run_traits(run_dir: str | Path) -> ArmTraits | None:
+    """The arm's traits (TIS arm, SC arm) from the run's saved ``config.yaml`` (its ``method`` section,
+    ``runners.schema.arm_traits``); None when the file or the section is missing or unreadable."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    method = config.get("method") if isinstance(config, dict) else None
+    return arm_traits(method) if isinstance(method, dict) else None
 
 
-def is_sc_arm(method: str) -> bool:
-    """A method whose name contains ``"sc"`` is an SC arm (``sc``, ``sc_tis``)."""
-    return "sc" in method
+def _describe(traits: ArmTraits | None) -> str:
+    if traits is None:
+        return "every arm (no method section in config.yaml)"
+    kinds = [k for k, on in (("TIS", traits.tis), ("SC", traits.sc)) if on]
+    return f"a {' and '.join(kinds)} arm by its config" if kinds else "an arm without TIS or SC by its config"
 
 
-def required_train_metrics(method: str) -> tuple[str, ...]:
-    """Train metric names every row of ``method`` must carry (run_contract.md, "Metric names")."""
+def is_tis_arm(method_cfg: Any) -> bool:
+    """A TIS arm: its method config (``config.yaml``'s ``method``) sets a ``tis_cap``."""
+    return arm_traits(method_cfg).tis
+
+
+def is_sc_arm(method_cfg: Any) -> bool:
+    """An SC arm: its method config sets ``score_centering``."""
+    return arm_traits(method_cfg).sc
+
+
+def required_train_metrics(traits: ArmTraits | None) -> tuple[str, ...]:
+    """Train metric names every row of an arm with ``traits`` must carry (run_contract.md, "Metric names");
+    ``traits=None`` (a run folder without its method config): the metrics of every arm."""
     names = list(EVERY_ARM_TRAIN_METRICS)
-    if is_tis_arm(method):
+    if traits is not None and traits.tis:
         names += TIS_TRAIN_METRICS
-    if is_sc_arm(method):
+    if traits is not None and traits.sc:
         names += SC_TRAIN_METRICS
     return tuple(names)
 
@@ -286,9 +308,10 @@ def _check_attempts(attempts: Any, status: Any, last_train: int, path: Path, iss
                 issues.add(path, f"the last attempt ends at step {last['end_step']} but train ends at {last_train}")
 
 
-def _check_train(train: list[Any], method: str | None, path: Path, issues: _Issues) -> list[int]:
+def _check_train(train: list[Any], method: str | None, traits: ArmTraits | None, path: Path,
+                 issues: _Issues) -> list[int]:
     steps: list[int] = []
-    required = required_train_metrics(method) if method else EVERY_ARM_TRAIN_METRICS
+    required = required_train_metrics(traits)
     missing: dict[str, list[int]] = defaultdict(list)
     bad: dict[str, list[str]] = defaultdict(list)
     for i, row in enumerate(train):
@@ -306,7 +329,7 @@ def _check_train(train: list[Any], method: str | None, path: Path, issues: _Issu
     for problem in _steps_problems(steps):
         issues.add(path, f"train: {problem}")
     for name, where in missing.items():
-        issues.add(path, f"train metric {name!r} (required for method {method!r}) missing in {len(where)} of "
+        issues.add(path, f"train metric {name!r} (required for method {method!r}: {_describe(traits)}) missing in {len(where)} of "
                          f"{len(steps)} rows, first at step {where[0]}")
     for key, where in bad.items():
         issues.add(path, f"train metric {key!r} must be a finite number or null: {', '.join(where[:MAX_EXAMPLES])}"
@@ -477,7 +500,7 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
         return data, issues.result()
     run = metrics.get("run")
     method = run.get("method") if isinstance(run, dict) and isinstance(run.get("method"), str) else None
-    steps = _check_train(train, method, mpath, issues)
+    steps = _check_train(train, method, run_traits(run_dir), mpath, issues)
     _check_run_section(run, steps, mpath, issues)
     last_train = max(steps) if steps else 0
     rows = _check_val_rows(val, last_train, mpath, issues)

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.contract import RunData, describe_problem_diff, read_run
+from analysis.contract import RunData, describe_problem_diff, read_run, run_traits
 from runners import run_contract
-from runners.run_contract import CONFIG_FILE, KNOWN_METHODS, METRICS_FILE, VAL_DIR
+from runners.run_contract import CONFIG_FILE, METRICS_FILE, VAL_DIR
 
 REPORT_DIR = "report"
 
@@ -41,14 +41,20 @@ class SweepError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
-def method_sort_key(method: str) -> tuple[int, str]:
-    """Order methods pg, tis, sc, sc_tis, then any other name alphabetically."""
-    return (KNOWN_METHODS.index(method), "") if method in KNOWN_METHODS else (len(KNOWN_METHODS), method)
+#: Table rank of a run whose saved config has no method section (after every arm with known traits).
+UNKNOWN_RANK = 4
 
 
-def order_methods(methods) -> list[str]:
-    """Distinct ``methods`` in the canonical order of :func:`method_sort_key`."""
-    return sorted(set(methods), key=method_sort_key)
+def method_sort_key(method: str, rank: int = UNKNOWN_RANK) -> tuple[int, str]:
+    """Order arms by their traits' rank (``runners.schema.ArmTraits.rank``: PG-like, TIS, SC, SC+TIS),
+    then by name: pg, tis, sc, sc_tis for the four arms; a new arm sits with the arms of its traits."""
+    return (rank, method)
+
+
+def order_methods(methods, ranks: dict[str, int] | None = None) -> list[str]:
+    """Distinct ``methods`` in the order of :func:`method_sort_key` (``ranks``: method -> trait rank)."""
+    ranks = ranks or {}
+    return sorted(set(methods), key=lambda m: method_sort_key(m, ranks.get(m, UNKNOWN_RANK)))
 
 
 @dataclass
@@ -114,7 +120,7 @@ class Sweep:
 
     @property
     def methods(self) -> list[str]:
-        return order_methods(self.runs["method"])
+        return order_methods(self.runs["method"], dict(zip(self.runs["method"], self.runs["arm_rank"], strict=True)))
 
     @property
     def evaluated_runs(self) -> list[str]:
@@ -229,7 +235,8 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
         name = run["name"]
         val = d.metrics["val"]
         runs_rows.append({
-            "run": name, "method": run["method"], "seed": run["seed"], "backend": run["backend"],
+            "run": name, "method": run["method"], "arm_rank": _arm_rank(d.run_dir), "seed": run["seed"],
+            "backend": run["backend"],
             "status": run["status"], "total_steps": run["total_steps"], "last_step": run["last_step"],
             "n_evals": len(val), "last_eval_step": val[-1]["step"] if val else np.nan,
             "in_progress": run["status"] == "running", "path": str(d.run_dir),
@@ -249,7 +256,8 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
             frame.insert(0, "run", name)
             sample_frames.append(frame)
     runs = pd.DataFrame(runs_rows).set_index("run")
-    order = sorted(runs.index, key=lambda r: (method_sort_key(runs.at[r, "method"]), runs.at[r, "seed"], r))
+    order = sorted(runs.index, key=lambda r: (method_sort_key(runs.at[r, "method"], runs.at[r, "arm_rank"]),
+                                              runs.at[r, "seed"], r))
     runs = runs.loc[order]
     train = pd.concat(train_frames, ignore_index=True)
     train["step"] = train["step"].astype(int)
@@ -259,6 +267,12 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
         root=root, runs=runs, train=train, val=pd.DataFrame(val_rows), samples=samples,
         counts=tidy_counts(samples, order), k=int(k), sets=sets, problems=dict(problems), ignored=ignored,
     )
+
+
+def _arm_rank(run_dir: Path) -> int:
+    """The trait rank of the run's arm, from its saved config (:func:`analysis.contract.run_traits`)."""
+    traits = run_traits(run_dir)
+    return UNKNOWN_RANK if traits is None else traits.rank
 
 
 def tidy_counts(samples: pd.DataFrame, run_order: list[str]) -> pd.DataFrame:

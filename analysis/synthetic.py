@@ -31,6 +31,22 @@ from analysis.contract import (
     val_metric_names,
 )
 from runners.run_record import RunRecord
+from runners.schema import arm_traits
+
+METHOD_DIR = Path(__file__).resolve().parent.parent / "conf" / "method"
+
+
+def method_config(method: str) -> dict:
+    """The ``method`` section a run of ``method`` saves: ``conf/method/<method>.yaml`` (the arm spec, without
+    its defaults list), or a PG-like arm (no TIS cap, no score centering) for a name without a yaml."""
+    import yaml
+
+    path = METHOD_DIR / f"{method}.yaml"
+    if not path.is_file():
+        return {"name": method, "loss_mode": f"ablation_{method}", "tis_cap": None, "score_centering": False}
+    spec = yaml.safe_load(path.read_text())
+    spec.pop("defaults", None)
+    return spec
 
 DEFAULT_LIFT = {"pg": 0.3, "tis": 0.5, "sc": 0.9, "sc_tis": 1.0}
 
@@ -41,8 +57,11 @@ def problem_ids(ds: str, n: int) -> list[str]:
     return [f"{ds}-{j:0{width}d}" for j in range(n)]
 
 
-def synthetic_train_row(method: str, step: int, total_steps: int, rng: np.random.Generator) -> dict[str, float]:
-    """One plausible train row holding exactly the metrics ``method`` must log."""
+def synthetic_train_row(method: str, step: int, total_steps: int, rng: np.random.Generator,
+                        method_cfg: Mapping | None = None) -> dict[str, float]:
+    """One plausible train row holding exactly the metrics the arm must log (its traits: ``method_cfg``,
+    default :func:`method_config` of ``method``)."""
+    method_cfg = method_config(method) if method_cfg is None else method_cfg
     frac = step / max(total_steps, 1)
     row: dict[str, float] = {
         "critic/score/mean": float(np.clip(-0.6 + 0.8 * frac + rng.normal(0, 0.15), -1, 1)),
@@ -59,14 +78,14 @@ def synthetic_train_row(method: str, step: int, total_steps: int, rng: np.random
         "timing_s/gen": float(abs(rng.normal(20, 2))),
         "timing_s/update_actor": float(abs(rng.normal(8, 1))),
     }
-    if is_tis_arm(method):
+    if is_tis_arm(method_cfg):
         row["actor/tis_clip_fraction"] = float(np.clip(rng.normal(0.01, 0.004), 0, 1))
         row["actor/tis_weight_mean"] = float(rng.normal(1.0, 0.01))
-    if is_sc_arm(method):
+    if is_sc_arm(method_cfg):
         row["actor/sc_correction"] = float(rng.normal(0, 0.01))
         row["actor/sc_sampler_head_mass"] = float(np.clip(rng.normal(0.97, 0.005), 0, 1))
         row["actor/sc_train_head_mass"] = float(np.clip(rng.normal(0.96, 0.005), 0, 1))
-    assert set(row) == set(required_train_metrics(method))
+    assert set(row) == set(required_train_metrics(arm_traits(method_cfg)))
     return row
 
 
@@ -114,6 +133,7 @@ def write_run(
     train_rows: Sequence[Mapping[str, float]] | None = None,
     rng_seed: int = 0,
     repeat_evals: Mapping[int, Sequence[Mapping[str, np.ndarray]]] | None = None,
+    method_cfg: Mapping | None = None,
 ) -> Path:
     """Write a complete run directory (config.yaml, metrics.json, val/*.jsonl).
 
@@ -123,7 +143,11 @@ def write_run(
     ``total_steps`` (itself default: the last evaluated step); ``status`` is the run's status
     ("running" leaves the attempt open). ``repeat_evals[step]`` lists the correctness matrices of
     repeated evaluations 1, 2, ... of that step (``val/repeat_RR/``; the contract's repeat files).
+    ``method_cfg`` is the saved ``method`` section (default :func:`method_config`): the arm's traits.
     """
+    import yaml
+
+    method_cfg = dict(method_config(method) if method_cfg is None else method_cfg)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(rng_seed)
@@ -133,7 +157,8 @@ def write_run(
     if problems is None:
         first = evals[steps[0]] if steps else {}
         problems = {ds: problem_ids(ds, np.asarray(a).shape[0]) for ds, a in first.items()}
-    config = f"method: {method}\nseed: {seed}\ntotal_steps: {total_steps}\nbackend: synthetic\n"
+    config = yaml.safe_dump({"method": method_cfg, "seed": seed, "total_steps": total_steps, "backend": "synthetic"},
+                            sort_keys=False)
     (run_dir / CONFIG_FILE).write_text(config)
     record = RunRecord.open(
         run_dir, name=run_dir.name, method=method, seed=seed, backend="synthetic", total_steps=total_steps,
@@ -141,7 +166,7 @@ def write_run(
     )
     record.start_attempt(0)
     for step in range(1, last_step + 1):
-        row = dict(train_rows[step - 1]) if train_rows is not None else synthetic_train_row(method, step, total_steps, rng)
+        row = dict(train_rows[step - 1]) if train_rows is not None else synthetic_train_row(method, step, total_steps, rng, method_cfg)
         row["step"] = step
         record.add_train(row)
     for step in steps:
@@ -170,13 +195,15 @@ def build_sweep(
     running: Mapping[str, int] | None = None,
     lift: Mapping[str, float] | None = None,
     seed: int = 0,
+    method_configs: Mapping[str, Mapping] | None = None,
 ) -> Path:
     """Write a random sweep: one run ``<method>-seed<seed>`` per method and seed.
 
     Evaluations at steps 0, ``eval_every``, ... ``total_steps``; ``sets`` maps set name to problem
     count (default aime2024 and aime2025 with 30 each); ``running[run_name] = step`` leaves that
     run in progress at ``step``; ``lift[method]`` is its logit gain over training (default
-    :data:`DEFAULT_LIFT`, 0.6 for other names). Deterministic given ``seed``.
+    :data:`DEFAULT_LIFT`, 0.6 for other names); ``method_configs[method]`` is the method section its
+    runs save (default :func:`method_config`). Deterministic given ``seed``.
     """
     sweep_dir = Path(sweep_dir)
     sets = dict(sets or {"aime2024": 30, "aime2025": 30})
@@ -200,7 +227,7 @@ def build_sweep(
             write_run(
                 sweep_dir / name, method=method, seed=run_seed, evals=evals, problems=problems,
                 total_steps=total_steps, last_step=last, status="running" if name in running else "finished",
-                rng_seed=int(run_rng.integers(1 << 31)),
+                rng_seed=int(run_rng.integers(1 << 31)), method_cfg=(method_configs or {}).get(method),
             )
     return sweep_dir
 

@@ -55,12 +55,28 @@ def test_running_run_may_be_short_and_open(run_dir):
 
 
 def test_required_metrics_per_arm():
-    assert set(TIS_TRAIN_METRICS) <= set(required_train_metrics("tis"))
-    assert not set(SC_TRAIN_METRICS) & set(required_train_metrics("tis"))
-    assert set(SC_TRAIN_METRICS) <= set(required_train_metrics("sc"))
-    both = set(required_train_metrics("sc_tis"))
-    assert set(TIS_TRAIN_METRICS) <= both and set(SC_TRAIN_METRICS) <= both
-    assert len(required_train_metrics("pg")) == 13
+    """Required metrics follow the arm's saved traits (its method config), not its name."""
+    from analysis.synthetic import method_config
+    from runners.schema import ArmTraits, arm_traits
+
+    tis, sc, both, pg = (required_train_metrics(arm_traits(method_config(m))) for m in ("tis", "sc", "sc_tis", "pg"))
+    assert set(TIS_TRAIN_METRICS) <= set(tis) and not set(SC_TRAIN_METRICS) & set(tis)
+    assert set(SC_TRAIN_METRICS) <= set(sc) and not set(TIS_TRAIN_METRICS) & set(sc)
+    assert set(TIS_TRAIN_METRICS) <= set(both) and set(SC_TRAIN_METRICS) <= set(both)
+    assert len(pg) == 13 and required_train_metrics(None) == pg
+    # a name says nothing: an arm called "plain" with a cap is a TIS arm
+    assert required_train_metrics(arm_traits({"name": "plain", "tis_cap": 2.0})) == tis
+    assert required_train_metrics(ArmTraits(tis=False, sc=False)) == pg
+
+
+def test_run_traits_come_from_the_saved_config(run_dir):
+    from analysis.contract import run_traits
+    from runners.schema import ArmTraits
+
+    (run_dir / "config.yaml").write_text("method:\n  name: odd\n  tis_cap: 1.5\n  score_centering: true\n")
+    assert run_traits(run_dir) == ArmTraits(tis=True, sc=True)
+    (run_dir / "config.yaml").write_text("method: tis\n")  # no method section: unknown traits
+    assert run_traits(run_dir) is None
 
 
 def test_missing_and_corrupt_metrics_json(run_dir):

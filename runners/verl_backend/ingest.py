@@ -145,6 +145,8 @@ class RunSpec:
     total_steps: int
     response_cap: int
     eval_n: int | None = None
+    tis: bool = False  # the arm's traits, from its method config (runners.schema.arm_traits)
+    sc: bool = False
 
     @classmethod
     def from_cfg(cls, cfg: Any, run_dir: Path) -> RunSpec:
@@ -160,6 +162,8 @@ class RunSpec:
             total_steps=int(total),
             response_cap=int(cap),
             eval_n=None if eval_n is None else int(eval_n),
+            tis=_get(cfg, "method.tis_cap") is not None,
+            sc=bool(_get(cfg, "method.score_centering", False)),
         )
 
 
@@ -400,10 +404,10 @@ def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path,
     row[TRUNCATION] = truncation_ratio(data, spec.response_cap, step)
     if ZERO_VARIANCE not in data:
         row[ZERO_VARIANCE] = zero_variance_from_rollouts(rollout_dir / f"{step}.jsonl")
-    if "tis" in spec.method:
+    if spec.tis:
         for name in TIS_TRAIN_METRICS:
             row.setdefault(name, None)
-    if "sc" in spec.method:
+    if spec.sc:
         for name in SC_TRAIN_METRICS:
             row.setdefault(name, None)
     for name, value in row.items():

@@ -1,0 +1,104 @@
+"""Comparisons across sweeps: every arm of each sweep against one reference arm, with power stated.
+
+A scenario study puts each mismatch scenario in its own sweep folder (``results/<study>_<scenario>/``),
+and its most useful question crosses them: does an arm under mismatch reach what training reaches
+on-policy? :func:`cross_table` answers it with the same two-level test as the within-sweep paired
+table (:func:`analysis.seeds.diff_two_level`: seeds and problems both enter; the sweeps must share
+their evaluation problems), and adds ``mde80``: the smallest true difference the test would detect
+with 80% power at this variance, ``(t_{0.975, df} + t_{0.80, df}) x se``, so a "no effect" reads as
+"no effect larger than mde80".
+
+    python -m analysis.cross results/scratchpad_on_policy:pg results/scratchpad_kv4 results/scratchpad_bf16_compute
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.load import Sweep, load_sweep
+from analysis.seeds import diff_two_level
+from analysis.tables import arm_scores, checkpoint_steps, set_labels
+
+CROSS_COLUMNS = ["sweep", "method", "reference", "data_source", "checkpoint", "seeds", "reference_seeds",
+                 "mean", "reference_mean", "diff", "ci_low", "ci_high", "p_value", "df", "mde80"]
+
+
+def _problems(sweep: Sweep) -> list[str]:
+    return [str(p) for p in sweep.correct.columns]
+
+
+def minimum_detectable(se: np.ndarray, df: np.ndarray, power: float = 0.8, level: float = 0.95) -> np.ndarray:
+    """Smallest true difference a two-sided t test at ``level`` detects with probability ``power``."""
+    return (stats.t.ppf((1 + level) / 2, df) + stats.t.ppf(power, df)) * se
+
+
+def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep], checkpoint: str = "final"
+                ) -> pd.DataFrame:
+    """Each method of each sweep minus ``reference_method`` of ``reference``, per set and ``avg``.
+
+    Raises ValueError when a sweep's evaluation problems differ from the reference's or an arm has
+    fewer than 2 seeds (the between-seed variance cannot be estimated).
+    """
+    ref_arms = arm_scores(reference, checkpoint_steps(reference, [checkpoint]))
+    if reference_method not in ref_arms:
+        raise ValueError(f"{reference.root}: no evaluated runs of method {reference_method!r}")
+    ref_runs, y_ref = ref_arms[reference_method]
+    labels = set_labels(reference)
+    rows = []
+    for sweep in sweeps:
+        if _problems(sweep) != _problems(reference):
+            raise ValueError(f"{sweep.root} and {reference.root} evaluate different problems: not comparable")
+        for method, (runs, y) in arm_scores(sweep, checkpoint_steps(sweep, [checkpoint])).items():
+            if len(runs) < 2 or len(ref_runs) < 2:
+                raise ValueError(f"{sweep.root}:{method} has {len(runs)} seed(s), the reference {len(ref_runs)}: "
+                                 "two or more are needed for the between-seed variance")
+            t = diff_two_level(y, y_ref, reference.set_slices)
+            mde = minimum_detectable(t["se"], t["df"])
+            means = [y[:, s].mean() for s in reference.set_slices]
+            ref_means = [y_ref[:, s].mean() for s in reference.set_slices]
+            for j, ds in enumerate(labels):
+                mean = means[j] if j < len(means) else float(np.mean(means))
+                ref_mean = ref_means[j] if j < len(ref_means) else float(np.mean(ref_means))
+                rows.append({"sweep": sweep.root.name, "method": method,
+                             "reference": f"{reference.root.name}:{reference_method}", "data_source": ds,
+                             "checkpoint": checkpoint, "seeds": len(runs), "reference_seeds": len(ref_runs),
+                             "mean": mean, "reference_mean": ref_mean, "diff": t["estimate"][j],
+                             "ci_low": t["ci_low"][j], "ci_high": t["ci_high"][j], "p_value": t["p_value"][j],
+                             "df": t["df"][j], "mde80": mde[j]})
+    return pd.DataFrame(rows, columns=CROSS_COLUMNS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.cross", description=__doc__.splitlines()[0])
+    parser.add_argument("reference", help="SWEEP_DIR:METHOD, the reference arm (e.g. the on-policy control)")
+    parser.add_argument("sweeps", nargs="+", type=Path, help="sweep folders to compare against it")
+    parser.add_argument("--checkpoint", default="final", help="final (default), best or a step")
+    parser.add_argument("--out", type=Path, default=None, help="write the table as CSV here")
+    args = parser.parse_args(argv)
+    if ":" not in args.reference:
+        parser.error(f"reference {args.reference!r} must be SWEEP_DIR:METHOD")
+    ref_dir, ref_method = args.reference.rsplit(":", 1)
+    checkpoint = int(args.checkpoint) if args.checkpoint.isdigit() else args.checkpoint
+    try:
+        table = cross_table(load_sweep(ref_dir), ref_method, [load_sweep(s) for s in args.sweeps], checkpoint)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table[table.data_source == "avg"].drop(columns=["data_source", "checkpoint"]).round(3).to_string(
+            index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

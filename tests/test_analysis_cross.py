@@ -1,0 +1,61 @@
+"""analysis.cross: arms of several sweeps against one reference arm, two-level test and power."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.cross import cross_table, main, minimum_detectable
+from analysis.load import load_sweep
+from analysis.seeds import diff_two_level
+from analysis.synthetic import build_sweep
+from analysis.tables import arm_scores, checkpoint_steps
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cross")
+    ref = build_sweep(root / "study_on_policy", methods=("pg",), seeds=(1, 2, 3), lift={"pg": 1.0}, seed=0)
+    mis = build_sweep(root / "study_kv4", methods=("pg", "sc_tis"), seeds=(1, 2, 3),
+                      lift={"pg": 0.0, "sc_tis": 1.0}, seed=0)
+    return load_sweep(ref), load_sweep(mis)
+
+
+def test_cross_table_equals_the_two_level_test_on_the_same_scores(sweeps):
+    ref, mis = sweeps
+    table = cross_table(ref, "pg", [mis])
+    assert set(table.method) == {"pg", "sc_tis"} and set(table.data_source) == {"aime2024", "aime2025", "avg"}
+    y_ref = arm_scores(ref, checkpoint_steps(ref, ["final"]))["pg"][1]
+    y_pg = arm_scores(mis, checkpoint_steps(mis, ["final"]))["pg"][1]
+    expected = diff_two_level(y_pg, y_ref, ref.set_slices)
+    got = table[table.method == "pg"].set_index("data_source")
+    np.testing.assert_allclose(got.loc[["aime2024", "aime2025", "avg"], "diff"], expected["estimate"])
+    np.testing.assert_allclose(got.loc[["aime2024", "aime2025", "avg"], "p_value"], expected["p_value"])
+    avg = table[table.data_source == "avg"].set_index("method")
+    assert avg.at["pg", "diff"] < 0  # no lift under mismatch, lift 1.0 on-policy
+    assert avg.at["pg", "ci_high"] < avg.at["sc_tis", "ci_high"]
+    assert (avg["mde80"] > (avg["ci_high"] - avg["ci_low"]) / 2).all()  # detectable at 80% > half-width
+
+
+def test_minimum_detectable_difference_has_the_stated_power():
+    se, df = 0.05, 8
+    mde = float(minimum_detectable(np.array(se), np.array(df)))
+    rng = np.random.default_rng(0)
+    # simulate the test: estimate ~ N(mde, se^2) with se estimated on df degrees of freedom
+    est = rng.normal(mde, se, 200_000)
+    se_hat = se * np.sqrt(rng.chisquare(df, 200_000) / df)
+    from scipy import stats
+
+    power = np.mean(np.abs(est / se_hat) > stats.t.ppf(0.975, df))
+    assert power == pytest.approx(0.8, abs=0.02)
+
+
+def test_mismatched_problems_and_single_seeds_are_refused(sweeps, tmp_path):
+    ref, _ = sweeps
+    other = load_sweep(build_sweep(tmp_path / "other", methods=("pg",), seeds=(1, 2), sets={"x": 10}))
+    with pytest.raises(ValueError, match="different problems"):
+        cross_table(ref, "pg", [other])
+    single = load_sweep(build_sweep(tmp_path / "single", methods=("pg",), seeds=(1,)))
+    with pytest.raises(ValueError, match="two or more"):
+        cross_table(ref, "pg", [single])
+    assert main([f"{ref.root}:nope", str(ref.root)]) == 2
