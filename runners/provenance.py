@@ -22,6 +22,18 @@ def project_version() -> str:
         return metadata.version("sc-ablations")
 
 
+def versions() -> dict[str, str]:
+    """``run.versions`` of ``metrics.json``: the project's and the installed versions of the libraries a
+    run depends on (``verl``, ``torch``, ``transformers``, ``vllm``; those not installed are left out)."""
+    out = {"project": project_version()}
+    for dist in ("verl", "torch", "transformers", "vllm"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 def config_sha256(config_yaml: str) -> str:
     return hashlib.sha256(config_yaml.encode()).hexdigest()
 

@@ -35,6 +35,7 @@ from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
 from runners.local.task import build_task, prompt_token_ids
 from runners.local.trainer import PolicyTrainer, make_batch
+from runners.provenance import versions
 from runners.run_record import RunRecord
 
 log = logging.getLogger(__name__)
@@ -59,16 +60,6 @@ def validate(cfg: DictConfig) -> None:
             f"rollout.max_response_length={r.max_response_length} is shorter than the longest correct "
             f"response ({task.max_response_tokens()} tokens); allowed: >= {task.max_response_tokens()}"
         )
-
-
-def _versions() -> dict[str, str]:
-    import transformers
-    import verl
-
-    from runners.provenance import project_version
-
-    return {"project": project_version(), "verl": verl.__version__, "torch": torch.__version__,
-            "transformers": transformers.__version__}
 
 
 class LocalRun:
@@ -98,7 +89,7 @@ class LocalRun:
         self.step = 0
         self.record = RunRecord.open(
             self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="local",
-            total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=_versions(),
+            total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=versions(),
         )
 
     # -- state ------------------------------------------------------------------------------

@@ -48,11 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from analysis.selection import TEST_SET_SELECTION, best_steps
-from runners.provenance import config_sha256, file_sha256
+from runners.provenance import config_sha256, file_sha256, versions
 from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_CORE_RE
 from runners.run_record import atomic_write_text, utc_now
 from runners.verl_backend import layout
-from runners.verl_backend.ingest import versions
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 VERIFICATION_FILE = "verification.json"

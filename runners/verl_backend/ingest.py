@@ -33,17 +33,13 @@ still marked running is ``killed``. ``run.status``: the ``status`` argument, els
 an earlier call closed the record at the same step, else ``finished`` once
 ``trainer.total_steps`` steps are logged, else ``running``.
 
-Train metric names (contract name <- verl 0.9.1 source; every other numeric verl metric is kept
-under its own name; a contract metric with no source is written as null and logged):
+Train metric names (``runners.run_contract``): verl 0.9.1 logs every contract metric under its
+name except the four below; every other numeric verl metric is kept under its own name; a contract
+metric with no source is written as null and logged.
 
 ===============================================  ====================================================
 contract                                         from verl
 ===============================================  ====================================================
-critic/score/mean, response_length/mean,         the same names
-actor/pg_loss, actor/grad_norm, actor/ppo_kl,
-training/off_policy/trajectory_staleness/mean,
-timing_s/step, timing_s/gen, timing_s/update_actor,
-actor/tis_* (TIS arms), actor/sc_* (SC arms)
 actor/entropy                                    ``actor/entropy`` (log-prob pass), else
                                                  ``actor/entropy_loss`` (update pass; bypass mode
                                                  skips the log-prob pass)
@@ -86,11 +82,10 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from runners.provenance import config_sha256, project_version
+from runners.provenance import config_sha256, versions
 from runners.run_contract import (
     CONFIG_FILE,
     EVERY_ARM_TRAIN_METRICS,
@@ -174,17 +169,6 @@ def load_config(run_dir: Path) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.load(path)
-
-
-def versions() -> dict[str, str]:
-    """Versions of the project and of the libraries a verl run depends on (installed ones only)."""
-    out = {"project": project_version()}
-    for dist in ("verl", "torch", "transformers", "vllm"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 # -- reading verl's files -------------------------------------------------------------------------
@@ -307,12 +291,10 @@ def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[dict[str
             raise IncompleteDump(f"{path}:{lineno}: not JSON ({err})") from err
         missing = [k for k in ("data_source", "problem_id", "response_length") if entry.get(k) is None]
         if missing:
-            raise IngestError(
-                f"{path}:{lineno}: dump line lacks {missing}; the launch config must use the project reward "
-                "(reward.custom_reward_function.path=pkg://ablations.reward, name=compute_score; "
-                "reward.reward_manager.source=importlib, name=LengthAwareRewardManager, "
-                "module.path=pkg://ablations.reward)"
-            )
+            raise IngestError(f"{path}:{lineno}: dump line lacks {missing}; the launch config must use the project "
+                              "reward (reward.custom_reward_function.path=pkg://ablations.reward, name=compute_score; "
+                              "reward.reward_manager.source=importlib, name=LengthAwareRewardManager, "
+                              "module.path=pkg://ablations.reward)")
         uid = str(entry.get("uid", f"line{lineno}"))
         parts = uid.rsplit("_", 2)
         if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
@@ -332,10 +314,8 @@ def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[dict[str
     n = n_expected if n_expected is not None else max(counts.values())
     short = {pid: c for pid, c in counts.items() if c != n}
     if short:
-        raise IncompleteDump(
-            f"{path}: problems without exactly {n} samples: "
-            + ", ".join(f"{p} has {c}" for p, c in sorted(short.items())[:5])
-        )
+        raise IncompleteDump(f"{path}: problems without exactly {n} samples: "
+                             + ", ".join(f"{p} has {c}" for p, c in sorted(short.items())[:5]))
     samples = []
     for pid in sorted(by_problem):
         sources = {str(e["data_source"]) for _, _, e in by_problem[pid]}
@@ -383,10 +363,8 @@ def truncation_ratio(data: dict[str, Any], cap: int, step: int) -> float | None:
     if longest is None or clip is None:
         return None
     if longest > cap:
-        raise IngestError(
-            f"train step {step}: response_length/max {longest} exceeds the configured cap {cap} "
-            "(rollout.max_response_length does not match verl's data.max_response_length)"
-        )
+        raise IngestError(f"train step {step}: response_length/max {longest} exceeds the configured cap {cap} "
+                          "(rollout.max_response_length does not match verl's data.max_response_length)")
     return float(clip) if longest >= cap else 0.0
 
 

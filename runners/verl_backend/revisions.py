@@ -36,15 +36,11 @@ class Revision:
     score_centering: bool
 
 
+_SC_COMMIT = "8718ca30a3f002f93b7c4fd99b9b2506718681bc"
 PYPI = Revision("0.9.1", None, 'pip install -e ".[gpu]"', score_centering=False)
-SCORE_CENTERING = Revision(
-    "8718ca30",
-    "8718ca30a3f002f93b7c4fd99b9b2506718681bc",
-    # the project's gpu extra first, then verl from git at the commit over the wheel, other pins kept
-    'pip install -e ".[gpu]" && pip install --no-deps '
-    '"verl @ git+https://github.com/verl-project/verl.git@8718ca30a3f002f93b7c4fd99b9b2506718681bc"',
-    score_centering=True,
-)
+#: The install: the project's gpu extra first, then verl from git at the commit over the wheel, other pins kept.
+SCORE_CENTERING = Revision(_SC_COMMIT[:8], _SC_COMMIT, f'{PYPI.install} && pip install --no-deps '
+                           f'"verl @ git+https://github.com/verl-project/verl.git@{_SC_COMMIT}"', score_centering=True)
 REVISIONS = (PYPI, SCORE_CENTERING)
 REQUIRED_COMMIT = SCORE_CENTERING.commit  # the first with score-centering support (the reference runs)
 REQUIRED_COMMIT_SHORT = SCORE_CENTERING.name
