@@ -35,6 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from runners.schema import arm_traits
 from runners.verl_backend import revisions as rev
 from runners.verl_backend.layout import AttemptPaths
 
@@ -107,7 +108,7 @@ def data_files(cfg: DictConfig) -> tuple[Path, list[Path]]:
 
 
 def is_score_centering(cfg: DictConfig) -> bool:
-    return bool(cfg.method.score_centering)
+    return arm_traits(cfg.method).sc
 
 
 def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
@@ -119,9 +120,9 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
     """The rollout-correction block, identical on the driver and the actor side, every key explicit
     (8718ca30 compares the two blocks key by key with no defaults)."""
-    cap = cfg.method.tis_cap
-    return {**rev.BYPASS_REINFORCE, "rollout_is": "token" if cap is not None else None,
-            "rollout_is_threshold": float(cap) if cap is not None else rev.DEFAULT_IS_THRESHOLD}
+    tis = arm_traits(cfg.method).tis
+    return {**rev.BYPASS_REINFORCE, "rollout_is": "token" if tis else None,
+            "rollout_is_threshold": float(cfg.method.tis_cap) if tis else rev.DEFAULT_IS_THRESHOLD}
 
 
 def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
