@@ -124,9 +124,7 @@ class RetentionPlan:
         return d
 
 
-def plan_retention(
-    run_dir: Path, keep_latest: int, keep_best: int, *, ckpt_dir: Path | None = None
-) -> RetentionPlan:
+def plan_retention(run_dir: Path, keep_latest: int, keep_best: int, *, ckpt_dir: Path | None = None) -> RetentionPlan:
     """Which checkpoints to keep (with the reasons) and which to delete; deletes nothing."""
     if keep_latest < 1 or keep_best < 0:
         raise CheckpointError(f"keep_latest must be >= 1 and keep_best >= 0, got {keep_latest}, {keep_best}")
@@ -272,13 +270,8 @@ def tensor_summary(model_dir: Path) -> dict[str, Any]:
             count += 1
             params += math.prod(int(d) for d in shape)
             dtypes[dtype] = dtypes.get(dtype, 0) + 1
-    return {
-        "tensors": count,
-        "parameters": params,
-        "dtypes": dict(sorted(dtypes.items())),
-        "all_bf16": set(dtypes) == {"BF16"},
-        "safetensors_files": [f.name for f in files],
-    }
+    return {"tensors": count, "parameters": params, "dtypes": dict(sorted(dtypes.items())),
+            "all_bf16": set(dtypes) == {"BF16"}, "safetensors_files": [f.name for f in files]}
 
 
 def load_and_generate(model_dir: Path, device: str) -> dict[str, Any]:
@@ -308,9 +301,7 @@ def load_and_generate(model_dir: Path, device: str) -> dict[str, Any]:
         return {"status": "failed", "device": device, "error": f"{type(err).__name__}: {err}"}
 
 
-def verify_export(
-    model_dir: Path, *, source: dict[str, Any], config_file: Path, load_check: str = "auto"
-) -> dict:
+def verify_export(model_dir: Path, *, source: dict[str, Any], config_file: Path, load_check: str = "auto") -> dict:
     """Write ``<model_dir>/verification.json`` for an exported model and return its content."""
     model_dir = Path(model_dir)
     files = sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != VERIFICATION_FILE)
@@ -328,26 +319,19 @@ def verify_export(
     elif load_check == "auto":
         import torch
 
-        if torch.cuda.is_available():
-            check = load_and_generate(model_dir, "cuda")
-        else:
-            check = {"status": "skipped", "reason": "no GPU: torch.cuda.is_available() is False"}
+        check = (load_and_generate(model_dir, "cuda") if torch.cuda.is_available()
+                 else {"status": "skipped", "reason": "no GPU: torch.cuda.is_available() is False"})
     else:
         raise CheckpointError(f"load_check must be auto, cpu or skip, got {load_check!r}")
     if check["status"] == "passed" and check["num_parameters"] != summary["parameters"]:
         check["status"] = "failed"
         check["error"] = f"loaded model has {check['num_parameters']} parameters, headers {summary['parameters']}"
-    report = {
-        "created": utc_now(),
-        "source": source,
-        "format": "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)",
-        "files": [{"path": r, "bytes": p.stat().st_size, "sha256": file_sha256(p)} for r, p in zip(rel, files, strict=True)],
-        **summary,
-        "optimizer_state": False,
-        "versions": versions(),
-        "config_sha256": config_sha256(config_file.read_text()) if config_file.is_file() else None,
-        "load_and_generate": check,
-    }
+    report = {"created": utc_now(), "source": source,
+              "format": "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)",
+              "files": [{"path": r, "bytes": p.stat().st_size, "sha256": file_sha256(p)} for r, p in zip(rel, files, strict=True)],
+              **summary, "optimizer_state": False, "versions": versions(),
+              "config_sha256": config_sha256(config_file.read_text()) if config_file.is_file() else None,
+              "load_and_generate": check}
     atomic_write_text(model_dir / VERIFICATION_FILE, json.dumps(report, indent=1) + "\n")
     return report
 

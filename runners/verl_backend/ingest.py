@@ -343,18 +343,13 @@ def zero_variance_from_rollouts(path: Path) -> float | None:
     if not path.is_file():
         return None
     groups: dict[str, list[float]] = defaultdict(list)
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
+    for line in filter(str.strip, path.read_text(encoding="utf-8").splitlines()):
         try:
             entry = json.loads(line)
         except ValueError:
             return None  # being written
-        uid = str(entry.get("uid", ""))
-        groups[uid.rsplit("_", 2)[0]].append(float(entry["score"]))
-    if not groups:
-        return None
-    return sum(max(v) == min(v) for v in groups.values()) / len(groups)
+        groups[str(entry.get("uid", "")).rsplit("_", 2)[0]].append(float(entry["score"]))
+    return sum(max(v) == min(v) for v in groups.values()) / len(groups) if groups else None
 
 
 # -- building rows --------------------------------------------------------------------------------
@@ -447,21 +442,14 @@ def _config_text(cfg: Any) -> str:
         return json.dumps(cfg, sort_keys=True, default=str)
 
 
-def _write_if_changed(path: Path, text: str) -> bool:
-    if path.is_file() and path.read_text() == text:
-        return False
-    atomic_write_text(path, text)
-    return True
+def _write_if_changed(path: Path, text: str) -> None:
+    if not (path.is_file() and path.read_text() == text):
+        atomic_write_text(path, text)
 
 
 # -- the entry point ------------------------------------------------------------------------------
-def ingest_run(
-    run_dir: Path,
-    cfg: Any = None,
-    *,
-    status: str | None = None,
-    rollout_dump_dir: Path | None = None,
-) -> Path:
+def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rollout_dump_dir: Path | None = None
+               ) -> Path:
     """Merge every attempt's verl logs of ``run_dir`` into its ``metrics.json``; return that path.
 
     ``cfg`` is the resolved project config (read from ``run_dir/config.yaml`` when None).
