@@ -25,9 +25,11 @@ from pathlib import Path
 
 import pytest
 import verl  # noqa: F401 - once per test process
+from omegaconf import OmegaConf
 from verl.utils.py_functional import rename_dict
 
 from analysis import contract
+from runners.schema import arm_traits
 from runners.verl_backend import ingest
 from runners.verl_backend import revisions as rev
 
@@ -135,7 +137,8 @@ def test_worker_reports_the_metrics_the_analysis_reads(arm, reports):
     reported = set(rename_dict(reports[arm]["metrics"], "actor/"))  # the V1 trainer's renaming
     if any(k in reported for k in ingest.ENTROPY_SOURCES):
         reported.add("actor/entropy")
-    wanted = {m for m in contract.required_train_metrics(arm) if m.startswith("actor/")}
+    traits = arm_traits(OmegaConf.load(REPO / "conf" / "method" / f"{arm}.yaml"))  # the arm's method config
+    wanted = {m for m in contract.required_train_metrics(traits) if m.startswith("actor/")}
     assert wanted <= reported, sorted(wanted - reported)
 
 
