@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from runners.export_check import tensor_summary
 from runners.verl_backend import layout
 from runners.verl_backend.checkpoints import (
     TEST_SET_SELECTION,
@@ -22,7 +23,6 @@ from runners.verl_backend.checkpoints import (
     export_checkpoint,
     merger_command,
     plan_retention,
-    tensor_summary,
 )
 from runners.verl_backend.checkpoints import main as ckpt_main
 

@@ -9,22 +9,16 @@ verl 0.9.1 (FSDP) writes, under ``trainer.default_local_dir`` (``<run>/checkpoin
     latest_checkpointed_iteration.txt                     the step ``resume_mode=auto`` resumes from
 
 Retention (:func:`plan_retention`, :func:`apply_retention`) keeps the latest ``N`` checkpoints,
-the best ``M`` by the mean over evaluation sets of ``val-core/<ds>/acc/mean@<n>`` in
-``metrics.json`` (highest first, the earlier step on ties, as :mod:`analysis` picks ``best``) and
-always the resume point. **"Best" is selected on the AIME test sets themselves: an optimistic,
-test-set selection**, and every plan and export says so. verl's own rotation must be off
-(``trainer.max_actor_ckpt_to_keep=null``) or it deletes best checkpoints first.
+the best ``M`` by :func:`analysis.selection.eval_average` of ``metrics.json`` (analysis's rule for
+``best``) and always the resume point. **"Best" is selected on the AIME test sets themselves: an
+optimistic, test-set selection**, and every plan and export says so. verl's own rotation must be
+off (``trainer.max_actor_ckpt_to_keep=null``) or it deletes best checkpoints first.
 
-Export (:func:`export_checkpoint`) runs verl's merger, which casts to BF16 and writes HF
-safetensors plus config and tokenizer, without optimizer state::
+Export (:func:`export_checkpoint`) runs verl's merger (BF16 HF safetensors plus config and
+tokenizer, no optimizer state) into a temporary folder, verifies it
+(:func:`runners.export_check.verify_export`: ``verification.json``) and moves it to ``<run>/export``::
 
     python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <out>
-
-into a temporary folder, then writes ``verification.json`` (:func:`verify_export`: every file
-with size and sha256; tensor count, dtypes and parameter count read from the safetensors headers (the
-``safetensors`` library);
-source step and selection; versions; config hash; a load-and-generate check on a GPU, recorded as
-skipped where ``torch.cuda.is_available()`` is false) and moves the folder to ``<run>/export``.
 
 CLI::
 
@@ -37,33 +31,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.selection import TEST_SET_SELECTION, best_steps
-from runners.provenance import config_sha256, file_sha256, versions
-from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_CORE_RE
+from analysis.selection import TEST_SET_SELECTION, best_steps, eval_average
+from runners.export_check import VERIFICATION_FILE, ExportError, verify_export
+from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
 from runners.run_record import atomic_write_text, utc_now
 from runners.verl_backend import layout
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
-VERIFICATION_FILE = "verification.json"
 MERGER_LOG = "model_merger.log"
-#: Files that would mean training state leaked into the export (verl's shards are ``*.pt``).
-TRAINING_STATE_FILE = re.compile(r"\.pt$|(^|/)optim")
-GENERATE_PROMPT = "1 + 1 ="
-GENERATE_TOKENS = 8
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint operation that cannot proceed; the message says which file or step."""
+#: How verification.json describes the export.
+EXPORT_FORMAT = "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)"
+#: One error type for checkpoint operations and the export's verification (the CLI reports either).
+CheckpointError = ExportError
 
 
 # -- listing and selection ------------------------------------------------------------------------
@@ -72,25 +60,6 @@ def list_checkpoints(ckpt_dir: Path) -> dict[int, Path]:
     ckpt_dir = Path(ckpt_dir)
     found = [(STEP_DIR.match(p.name), p) for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else [])]
     return dict(sorted((int(m.group(1)), p) for m, p in found if m and (p / "actor").is_dir()))
-
-
-def eval_average(metrics: dict[str, Any], sets: Sequence[str] | None = None) -> dict[int, dict[str, Any]]:
-    """Per evaluated step: ``{"avg": mean over sets of mean@n, "per_set": {ds: value}}``.
-
-    ``sets`` defaults to the sets of the first val row; a step missing one of them is left out.
-    """
-    out: dict[int, dict[str, Any]] = {}
-    for row in metrics.get("val", []):
-        per_set = {m["ds"]: row[k] for k in row if (m := VAL_CORE_RE.match(k)) and row[k] is not None}
-        if sets is None:
-            sets = sorted(per_set)
-        if not sets or any(ds not in per_set for ds in sets):
-            continue
-        out[int(row["step"])] = {
-            "avg": sum(per_set[ds] for ds in sets) / len(sets),
-            "per_set": {ds: per_set[ds] for ds in sets},
-        }
-    return out
 
 
 def _load_metrics(run_dir: Path) -> dict[str, Any]:
@@ -223,7 +192,8 @@ def export_checkpoint(
         runner(merger_command(actor, tmp), log_path)
         shutil.move(str(log_path), tmp / MERGER_LOG)
         source = {"run_dir": str(run_dir), "checkpoint": str(actor), "step": s, "selection": selection}
-        report = verify_export(tmp, source=source, config_file=run_dir / CONFIG_FILE, load_check=load_check)
+        report = verify_export(tmp, source=source, config_file=run_dir / CONFIG_FILE, fmt=EXPORT_FORMAT,
+                               load_check=load_check)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
@@ -234,106 +204,6 @@ def export_checkpoint(
     if report["load_and_generate"]["status"] == "failed":
         raise CheckpointError(f"{path}: load-and-generate check failed: {report['load_and_generate']['error']}")
     return path
-
-
-# -- verification ---------------------------------------------------------------------------------
-def safetensors_tensors(path: Path) -> dict[str, tuple[str, list[int]]]:
-    """``name -> (dtype, shape)`` of every tensor in a ``.safetensors`` file, from its header only."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            return {name: (f.get_slice(name).get_dtype(), list(f.get_slice(name).get_shape())) for name in f.keys()}
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
-
-
-def tensor_summary(model_dir: Path) -> dict[str, Any]:
-    """Tensor count, parameter count and dtypes over every safetensors file of ``model_dir``."""
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{model_dir}: no .safetensors files")
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        wanted = set(json.loads(index.read_text())["weight_map"].values())
-        absent = sorted(wanted - {f.name for f in files})
-        if absent:
-            raise CheckpointError(f"{index}: shards {absent} are missing")
-    dtypes: dict[str, int] = {}
-    count = params = 0
-    names: set[str] = set()
-    for f in files:
-        for name, (dtype, shape) in safetensors_tensors(f).items():
-            if name in names:
-                raise CheckpointError(f"{f}: tensor {name} appears in more than one shard")
-            names.add(name)
-            count += 1
-            params += math.prod(int(d) for d in shape)
-            dtypes[dtype] = dtypes.get(dtype, 0) + 1
-    return {"tensors": count, "parameters": params, "dtypes": dict(sorted(dtypes.items())),
-            "all_bf16": set(dtypes) == {"BF16"}, "safetensors_files": [f.name for f in files]}
-
-
-def load_and_generate(model_dir: Path, device: str) -> dict[str, Any]:
-    """Load the export with transformers on ``device`` and greedily generate a few tokens."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
-        inputs = tokenizer(GENERATE_PROMPT, return_tensors="pt").to(device)
-        with torch.no_grad():
-            logits = model(**inputs).logits
-            out = model.generate(**inputs, max_new_tokens=GENERATE_TOKENS, do_sample=False)
-        new = out[0, inputs["input_ids"].shape[1] :]
-        return {
-            "status": "passed" if bool(torch.isfinite(logits).all()) and new.numel() > 0 else "failed",
-            "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else device,
-            "prompt": GENERATE_PROMPT,
-            "new_token_ids": new.tolist(),
-            "output_text": tokenizer.decode(new, skip_special_tokens=True),
-            "logits_finite": bool(torch.isfinite(logits).all()),
-            "parameter_dtype": str(next(model.parameters()).dtype),
-            "num_parameters": int(model.num_parameters()),
-        }
-    except Exception as err:  # the report records any failure; export_checkpoint raises on it
-        return {"status": "failed", "device": device, "error": f"{type(err).__name__}: {err}"}
-
-
-def verify_export(model_dir: Path, *, source: dict[str, Any], config_file: Path, load_check: str = "auto") -> dict:
-    """Write ``<model_dir>/verification.json`` for an exported model and return its content."""
-    model_dir = Path(model_dir)
-    files = sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != VERIFICATION_FILE)
-    rel = [p.relative_to(model_dir).as_posix() for p in files]
-    optimizer = [r for r in rel if TRAINING_STATE_FILE.search(r)]
-    if optimizer:
-        raise CheckpointError(f"{model_dir}: export holds training state files {optimizer}")
-    summary = tensor_summary(model_dir)
-    if not summary["all_bf16"]:
-        raise CheckpointError(f"{model_dir}: tensors are not all BF16: {summary['dtypes']}")
-    if load_check == "skip":
-        check = {"status": "skipped", "reason": "not requested (load_check=skip)"}
-    elif load_check == "cpu":
-        check = load_and_generate(model_dir, "cpu")
-    elif load_check == "auto":
-        import torch
-
-        check = (load_and_generate(model_dir, "cuda") if torch.cuda.is_available()
-                 else {"status": "skipped", "reason": "no GPU: torch.cuda.is_available() is False"})
-    else:
-        raise CheckpointError(f"load_check must be auto, cpu or skip, got {load_check!r}")
-    if check["status"] == "passed" and check["num_parameters"] != summary["parameters"]:
-        check["status"] = "failed"
-        check["error"] = f"loaded model has {check['num_parameters']} parameters, headers {summary['parameters']}"
-    report = {"created": utc_now(), "source": source,
-              "format": "HF safetensors, BF16, no optimizer state (verl.model_merger merge --backend fsdp)",
-              "files": [{"path": r, "bytes": p.stat().st_size, "sha256": file_sha256(p)} for r, p in zip(rel, files, strict=True)],
-              **summary, "optimizer_state": False, "versions": versions(),
-              "config_sha256": config_sha256(config_file.read_text()) if config_file.is_file() else None,
-              "load_and_generate": check}
-    atomic_write_text(model_dir / VERIFICATION_FILE, json.dumps(report, indent=1) + "\n")
-    return report
 
 
 # -- CLI ------------------------------------------------------------------------------------------
