@@ -30,6 +30,7 @@ import verl  # noqa: F401 - once per process; loads the project's plug-in
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from runners import hydra_override as ho
 from runners import verl_backend
 from runners.verl_backend import dry_run, launch, layout, sc_seam
 from runners.verl_backend import overrides as ovr
@@ -65,7 +66,7 @@ def as_dict(overrides: list[str]) -> dict:
     """``key -> value`` of an override list (prefixes dropped; a key set twice is an error)."""
     out = {}
     for item in overrides:
-        key, value, _ = ovr.parse(item)
+        key, value, _ = ho.parse(item)
         assert key not in out, f"{key} is set twice"
         out[key] = value
     return out
@@ -217,14 +218,14 @@ def test_distinct_lowercase_eval_sources(tmp_path):
 
 
 def test_every_override_round_trips_through_hydra(tmp_path):
-    cfg = project_cfg(tmp_path, ovr.override("data.dir", tmp_path / "a dir, with: odd=chars"))
+    cfg = project_cfg(tmp_path, ho.override("data.dir", tmp_path / "a dir, with: odd=chars"))
     for item in launch.build_spec(cfg, run_dir_of(cfg)).overrides:
-        key, value, prefix = ovr.parse(item)
-        assert ovr.override(key, value, add=bool(prefix)) == item
+        key, value, prefix = ho.parse(item)
+        assert ho.override(key, value, add=bool(prefix)) == item
     got = as_dict(launch.build_spec(cfg, run_dir_of(cfg)).overrides)
     assert got["data.train_files"][0].startswith(str(tmp_path / "a dir, with: odd=chars"))
     for value in [1e-6, 2.0, -1, True, None, "x,y", "it's", "a b", "[1]", "pkg://a.b", "1.5", "null"]:
-        assert ovr.parse(f"k={ovr.format_value(value)}")[1] == value
+        assert ho.parse(f"k={ho.format_value(value)}")[1] == value
 
 
 # -- composition + verl's validator, every arm ------------------------------------------------------
@@ -275,7 +276,7 @@ def test_newer_keys_are_checked_against_the_table(tmp_path):
     good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
 
     def with_change(old_prefix: str, new: str) -> list[str]:
-        changed = [new if ovr.parse(o)[0] == old_prefix else o for o in good]
+        changed = [new if ho.parse(o)[0] == old_prefix else o for o in good]
         assert changed != good
         return changed
 
@@ -288,7 +289,7 @@ def test_newer_keys_are_checked_against_the_table(tmp_path):
         ),
         # the actor side left without the key (what the project wrote before): verl fills no default
         "rollout_is_threshold \\(None\\) to match": [
-            o for o in good if ovr.parse(o)[0] != f"{ACT_RC}.rollout_is_threshold"
+            o for o in good if ho.parse(o)[0] != f"{ACT_RC}.rollout_is_threshold"
         ],
         "both": with_change(f"{ACT_RC}.score_centering", f"++{ACT_RC}.score_centering=False"),
         "top_p": with_change("actor_rollout_ref.rollout.top_p", "actor_rollout_ref.rollout.top_p=0.9"),
@@ -597,7 +598,7 @@ def test_dry_run_calls_the_loss_on_verls_converted_config(tmp_path):
     try:
         cfg = project_cfg(tmp_path, "backend.dry_run=true", method="tis")
         good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
-        bad = [o if ovr.parse(o)[0] != "actor_rollout_ref.actor.policy_loss.loss_mode"
+        bad = [o if ho.parse(o)[0] != "actor_rollout_ref.actor.policy_loss.loss_mode"
                else "actor_rollout_ref.actor.policy_loss.loss_mode=test_attribute_reader" for o in good]
         with pytest.raises(ValueError, match="fails on verl's converted actor config"):
             dry_run.check_against_installed_verl(bad)

@@ -1,23 +1,12 @@
 """``backend.dry_run=true``: write the exact launch, then check it against the installed verl.
 
-Writes into ``<run_dir>/verl/dry_run/``:
-
-    command.txt       the exact command line (environment + argv) of the next attempt
-    overrides.txt     the full verl override list, one per line
-    launch.sh         a script that runs that command (what a real launch runs)
-    verl_config.yaml  verl's ppo_trainer config composed offline with those overrides
-    report.json       what was checked and how (verl version, keys of newer verl, results)
-
-The check runs in a fresh Python process with the launch's own environment
-(``VERL_USE_EXTERNAL_MODULES`` etc.), so verl is imported exactly as the real driver imports it:
-the project's losses register, and on a verl with score-centering support the seam installs. It
-composes ``ppo_trainer`` offline (``hydra.initialize_config_module("verl.trainer.config")``), runs
-verl's ``validate_config`` and its dataclass conversions, checks that the loss is registered and
-that the V1 ``separate_async`` launch shape holds. Keys that exist only in newer verl
+What is written into ``<run_dir>/verl/dry_run/`` and checked: docs/verl_reference.md, "What the dry
+run checks". The check runs in a fresh Python process with the launch's own environment, so verl
+is imported exactly as the real driver imports it (the project's losses register; on a verl with
+score-centering support the seam installs). Keys that exist only in newer verl
 (:data:`~runners.verl_backend.revisions.NEWER_KEYS`) are kept out of the composition where the
-installed verl lacks them (composed like any other key where it has them) and checked against the
-table, and the whole score-centering setting against the rules newer verl itself enforces
-(:data:`~runners.verl_backend.revisions.SC_REQUIRES`, adapted to the project's losses). No Ray, no GPU.
+installed verl lacks them and checked against the table, and a score-centering setting against
+the rules newer verl enforces (:data:`~runners.verl_backend.revisions.SC_REQUIRES`). No Ray, no GPU.
 
 ``python -m runners.verl_backend.dry_run <request.json>`` is that checking process.
 """
@@ -35,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from runners.hydra_override import parse
 from runners.verl_backend import launch, layout
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import revisions as rev
@@ -127,7 +117,7 @@ def split(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
     native: list[str] = []
     deferred: dict[str, Any] = {}
     for item in overrides:
-        key, value, _ = ovr.parse(item)
+        key, value, _ = parse(item)
         if key in rev.BY_KEY and not rev.known(rev.BY_KEY[key]):
             deferred[key] = value
         else:
@@ -182,7 +172,7 @@ def newer_key_rows(overrides: list[str], deferred: dict[str, Any]) -> tuple[list
     it, "native" when it was composed), and the values the table does not allow."""
     rows, problems = [], []
     for item in overrides:
-        key, value, _ = ovr.parse(item)
+        key, value, _ = parse(item)
         entry = rev.BY_KEY.get(key)
         if entry is None:
             continue

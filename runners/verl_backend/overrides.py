@@ -1,40 +1,25 @@
-"""The project config -> verl override list, as a pure function.
+"""The project config -> verl override list, as a pure function (docs/verl_reference.md, "How each arm runs in verl").
 
-:func:`build_overrides` reads the resolved project config (``trainer.*``, ``rollout.*``,
-``eval.*``, ``method.*``, ``model.*``, ``data.*``, ``backend.*``) and the attempt's absolute
-paths, and returns the ``key=value`` strings ``python -m verl.trainer.main_ppo`` receives. Every
-value comes from the config; the only literals here are what *defines* the four arms in verl and
-therefore never varies between experiments:
-
-* GRPO advantages with group-mean centring and no std division; no KL (neither in the reward nor
-  as a loss), no entropy bonus (``entropy_coeff=0``); AdamW, constant lr, no warm-up; one PPO
-  epoch over one mini-batch per weight sync (one optimizer step per batch when
-  ``rollout.parameter_sync_step=1``).
-* Bypass mode with REINFORCE: the sampler's log-prob of the sampled token is ``old_log_prob`` (no
-  recompute pass) and no PPO clip; set on the driver side (``algorithm.rollout_correction``) *and*
-  on the actor side (``actor_rollout_ref.actor.policy_loss.rollout_correction``), because the V1
-  trainer does not copy one to the other. A TIS arm (``method.tis_cap``) sets token-level IS with
-  that cap (``rollout_is=token``, ``rollout_is_threshold=cap``): the loss reads the cap there and
-  the score-centering seam uses the same two keys to pick the SC+TIS correction.
-* The loss verl calls is the project's registered one: ``policy_loss.loss_mode=method.loss_mode``.
-* A score-centering arm requests the sampler's top-``method.top_k`` head from vLLM
-  (``rollout.topk_log_probs``) and switches verl's score-centering slot on
-  (``rollout_correction.score_centering`` on both sides); those keys exist only in newer verl
-  (:data:`runners.verl_backend.revisions.NEWER_KEYS`).
-* Prompts over ``rollout.max_prompt_length`` tokens are dropped by verl too
-  (``data.filter_overlong_prompts=True``) and never cut silently (``data.truncation=error``).
-  Evaluation runs before training and every ``trainer.test_freq`` steps.
+:func:`build_overrides` reads the resolved project config and the attempt's absolute paths and
+returns the ``key=value`` strings ``python -m verl.trainer.main_ppo`` receives. Every value comes
+from the config; the only literals are what *defines* the arms in verl and never varies between
+experiments: GRPO advantages with group-mean centring and no std division, no KL, no entropy
+bonus, AdamW at a constant lr without warm-up, one PPO epoch over one mini-batch per weight sync;
+bypass-mode REINFORCE, written on the driver *and* the actor side (the V1 trainer does not copy one
+to the other); the project's registered loss (``method.loss_mode``); overlong prompts dropped, never
+cut (``data.truncation=error``); evaluation before training. A TIS arm adds token-level IS with cap
+``method.tis_cap`` (which the score-centering seam reads too), an SC arm the keys of newer verl
+(:data:`runners.verl_backend.revisions.NEWER_KEYS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig
 
+from runners.hydra_override import override
 from runners.schema import arm_traits
 from runners.verl_backend import revisions as rev
 from runners.verl_backend.layout import AttemptPaths
@@ -45,58 +30,6 @@ from runners.verl_backend.layout import AttemptPaths
 #: correction into verl's logits-processor slot.
 REGISTRY_MODULE = "ablations.registry"
 SC_HOOK_MODULE = "runners.verl_backend.sc_hook"
-
-
-# -- value formatting --------------------------------------------------------------------------
-@lru_cache(maxsize=1)
-def _parser():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
-def format_value(value: Any) -> str:
-    """A Python value as Hydra override syntax that parses back to exactly that value."""
-    if isinstance(value, DictConfig | ListConfig):
-        value = OmegaConf.to_container(value, resolve=True)
-    if isinstance(value, Mapping):
-        raise TypeError(f"dict values are not supported in overrides: {value!r}")
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if value is None:
-        return "null"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, Path):
-        value = str(value)
-    if isinstance(value, str):
-        try:
-            if _parser().parse_override(f"k={value}").value() == value:
-                return value
-        except Exception:  # noqa: BLE001 - any parse failure means: quote it
-            pass
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(value, Iterable):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    raise TypeError(f"cannot format {value!r} ({type(value).__name__}) as an override value")
-
-
-def override(key: str, value: Any, *, add: bool = False) -> str:
-    """``key=value``; with ``add``, ``++key=value``: set whether or not verl's config has the key.
-
-    ``add`` is for keys verl's yaml does not declare (the actor-side rollout correction, chat
-    template kwargs, Ray env vars) or declares only in some versions (the score-centering keys).
-    A misspelt key is not silently added: the dry run converts the config to verl's dataclasses
-    and checks the score-centering keys against :mod:`runners.verl_backend.revisions`.
-    """
-    return f"{'++' if add else ''}{key}={format_value(value)}"
-
-
-def parse(entry: str) -> tuple[str, Any, str]:
-    """``(key, value, prefix)`` of one override string; prefix is "", "+" or "++"."""
-    parsed = _parser().parse_override(entry)
-    prefix = "++" if parsed.is_force_add() else "+" if parsed.is_add() else ""
-    return parsed.key_or_group, parsed.value(), prefix
 
 
 # -- the mapping -------------------------------------------------------------------------------
