@@ -3,7 +3,8 @@
 One call of :func:`launch` is one *attempt* (``<run_dir>/verl/attempt-NNN/``): verl resumes from
 the newest checkpoint under ``<run_dir>/checkpoints`` by itself (``trainer.resume_mode=auto``),
 so running the same command again after a crash continues the run. verl's output goes to the
-attempt's ``verl.log``; a progress bar follows the ``step:N`` lines of verl's console logger; and
+attempt's ``verl.log``, a progress bar follows the ``step:N`` lines of verl's console logger
+(:class:`runners.child_process.OutputFollower`), and
 ``runners.verl_backend.ingest.ingest_run`` merges verl's metric files into ``metrics.json`` every
 ``backend.ingest_interval_s`` seconds and once more when verl exits.
 
@@ -20,16 +21,15 @@ import logging
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from runners import run_lock
+from runners.child_process import OutputFollower, stop_group
 from runners.verl_backend import layout
 from runners.verl_backend import overrides as ovr
 
@@ -94,30 +94,6 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
         log.exception("ingestion failed while verl runs; retrying at the next interval")
 
 
-class _Follower(threading.Thread):
-    """Copies verl's output to the log file and moves the progress bar on ``step:N`` lines."""
-
-    def __init__(self, stream, log_path: Path, total_steps: int, desc: str):
-        super().__init__(daemon=True)
-        self.stream, self.log_path = stream, log_path
-        self.total_steps, self.desc = total_steps, desc
-        self.last_step = 0
-
-    def run(self) -> None:
-        from tqdm import tqdm
-
-        with (open(self.log_path, "a", buffering=1) as out,
-              tqdm(total=self.total_steps, desc=self.desc, unit="step", dynamic_ncols=True) as bar):
-            for line in iter(self.stream.readline, ""):
-                out.write(line)
-                match = _STEP.search(line)
-                if match:
-                    step = int(match.group(1))
-                    if step > bar.n:
-                        bar.update(min(step, self.total_steps) - bar.n)
-                    self.last_step = max(self.last_step, step)
-
-
 def launch(cfg: DictConfig, run_dir: Path) -> None:
     """Run one attempt of this arm under verl, holding the run folder's lock; raise ``RuntimeError``
     if verl fails, :class:`runners.run_lock.RunFolderBusy` (before anything is written) if another
@@ -143,7 +119,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
                             text=True, bufsize=1,
                             start_new_session=True,  # own process group: an interrupt stops verl and its Ray workers
                             pass_fds=(lock_fd,))  # verl keeps the run folder locked while it lives
-    follower = _Follower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name)
+    follower = OutputFollower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name, _STEP)
     follower.start()
     interval = float(cfg.backend.ingest_interval_s)
     next_ingest = time.monotonic() + interval
@@ -154,7 +130,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
                 _ingest(run_dir, cfg, final=False)
                 next_ingest = time.monotonic() + interval
     except BaseException:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
-        _stop(proc)
+        stop_group(proc)
         follower.join(timeout=30)
         _ingest(run_dir, cfg, final=False)
         raise
@@ -172,17 +148,3 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     except Exception as err:
         raise failure from err
     raise failure
-
-
-def _stop(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """SIGTERM verl's process group, then SIGKILL what is left after ``grace_s``."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
