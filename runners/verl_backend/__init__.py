@@ -10,11 +10,10 @@ Two entry points, called by ``runners/launch.py``:
   otherwise launch ``python -m verl.trainer.main_ppo`` and follow it (progress, log file, metrics
   ingestion).
 
-Modules: ``revisions`` (the facts about each supported verl revision: keys only newer verl has,
-what score centering requires, does the installed verl support it), ``overrides`` (config -> verl
-overrides, pure), ``sc_seam``/``sc_hook`` (the project's correction in verl's slot), ``dry_run``,
-``launch``, ``layout`` (files in the run dir), ``checks`` (validate), ``ingest`` (verl's logs -> the
-run record), ``checkpoints``. Importing this package does not import verl.
+Modules: ``revisions`` (the facts about each supported verl revision), ``overrides`` (config ->
+verl overrides, pure), ``sc_seam``/``sc_hook`` (the project's correction in verl's slot),
+``dry_run``, ``launch``, ``layout``, ``checks`` (validate), ``ingest`` (verl's logs -> the run
+record), ``checkpoints``. Importing this package does not import verl.
 """
 
 from __future__ import annotations

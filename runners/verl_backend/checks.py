@@ -1,13 +1,11 @@
 """``validate(cfg)``: reject a verl-backend config that cannot work, before anything starts.
 
-Every error is a ``ValueError`` naming the key and what it allows. ``runners.validate`` runs first:
-the schema (``runners.schema``: the type, allowed values and range of every key, ``backend.*``
-included), the arm (its loss and traits) and the rules across keys every backend shares. The checks
-that need verl's composed config (batch divisibility, dataclass fields, ...) run in the dry run.
-These are the verl backend's own rules across keys: what ``separate_async``, the file logger and
-the evaluation sets need, what score centering needs of the keys the project sets
-(:data:`~runners.verl_backend.revisions.SC_REQUIRES`), and: a real launch of a score-centering arm
-on a verl without score-centering support fails here, naming the verl commit and the install command.
+Every error is a ``ValueError`` naming the key and what it allows. ``runners.validate`` has run
+first (the schema, the arm, the rules every backend shares); the checks that need verl's composed
+config run in the dry run. These are the verl backend's own rules across keys: what
+``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
+keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`), and score-centering
+support on a real launch (the error names the verl commit and the install command).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Where a verl run keeps its files inside the run directory (``results/<sweep>/<run>/``).
+"""Where a verl run keeps its files inside the run directory (docs/verl_reference.md, "Files of a verl run").
 
-    <run_dir>/
-      checkpoints/                     trainer.default_local_dir (verl's global_step_N/ folders)
-      verl/
-        dry_run/                       command.txt, overrides.txt, launch.sh, report.json, verl_config.yaml
-        validation/                    trainer.validation_data_dir: verl's per-sample dump, <step>.jsonl
-        rollouts/                      trainer.rollout_data_dir (backend.dump_rollouts): train samples, <step>.jsonl
-        attempt-001/                   one folder per launch of verl (a resume is a new attempt)
-          launch.sh                    the exact command of this attempt
-          verl.log                     verl's stdout + stderr
-          metrics.jsonl                verl's `file` logger (VERL_FILE_LOGGER_PATH; truncated on open,
-                                       hence one file per attempt)
-          hydra/                       verl's own Hydra output folder
-
-Ingestion (``runners.verl_backend.ingest``) reads :func:`file_logger_paths` and
-:func:`validation_dump_dir` and :func:`rollout_dump_dir`; checkpoints/export reads :func:`checkpoints_dir`.
+``checkpoints/`` is ``trainer.default_local_dir``; ``verl/`` holds ``dry_run/``, ``validation/``
+(``trainer.validation_data_dir``), ``rollouts/`` (``trainer.rollout_data_dir``) and one
+``attempt-NNN/`` per launch of verl: ``launch.sh``, ``verl.log``, ``metrics.jsonl`` (the ``file``
+logger; it truncates on open, hence one per attempt) and ``hydra/`` (verl's own Hydra output).
 """
 
 from __future__ import annotations

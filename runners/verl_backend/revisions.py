@@ -10,12 +10,8 @@
   the project plugs its correction (:mod:`runners.verl_backend.sc_seam`). It adds the config keys
   of :data:`NEWER_KEYS` and enforces :data:`SC_REQUIRES` and :data:`SC_SIDES_AGREE`.
 
-Read by :mod:`~runners.verl_backend.overrides` (the keys an SC arm sets, the IS threshold
-default), :mod:`~runners.verl_backend.checks` (the SC requirements on project keys; support on a
-real launch), :mod:`~runners.verl_backend.dry_run` (which keys the installed verl lacks, the SC
-requirements on the composed config, the report), :mod:`~runners.verl_backend.sc_seam` (the slot)
-and :mod:`~runners.verl_backend.launch`. docs/verl_reference.md prints :func:`markdown_table` (a
-test keeps the two in step). Importing this module is cheap; :func:`check` imports verl.
+Read by every module of the backend. docs/verl_reference.md prints :func:`markdown_table` (a test
+keeps the two in step). Importing this module is cheap; :func:`check` imports verl.
 """
 
 from __future__ import annotations

@@ -1,48 +1,15 @@
-"""The seam: the project's score-centering correction inside verl's FSDP engine.
+"""The seam: the project's score-centering correction in verl's logits-processor slot (verl 8718ca30).
 
-How verl (commit 8718ca30, PR #8010) computes the correction, read from its files:
-
-* ``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker.init_model``) picks
-  ``functools.partial(score_centering_ppo_loss, config=actor_config)`` as the actor's loss when
-  ``actor.policy_loss.rollout_correction.score_centering`` is on (FSDP only, no fused kernels).
-* The FSDP engine (``verl/workers/engine/fsdp/transformer_impl.py``,
-  ``FSDPEngineWithLMHead.prepare_model_outputs``) calls that same function as its logits
-  processor, ``logits_processor_func(student_logits=logits, data=micro_batch)``, with the
-  temperature-scaled trainer logits of the packed micro-batch, ``(1, nnz, V)``, and stores each
-  returned ``(1, nnz)`` tensor in the model output.
-* ``verl/trainer/ppo/score_centering.py::score_centering_ppo_loss`` dispatches, when given
-  ``student_logits``, to the module-level function ``score_centering_logits_processor(student_logits,
-  data, config, data_format)``, looked up by name at call time. That function gathers the
-  trainer's log-probs at the sampler's head ids (``data["rollout_topk_ids"]``, nested ``[B, j, k]``,
-  a uniform dummy head at prompt/padding positions) and forms the correction against
-  ``data["rollout_topk_log_probs"]``; it returns ``sc_correction``, ``sc_sampler_head_mass``,
-  ``sc_train_head_mass``.
-* ``verl/workers/utils/losses.py::ppo_loss`` un-packs ``sc_correction`` to ``(B, T_resp)`` and
-  passes it as ``sc_correction=`` to the registered policy loss (``policy_loss.loss_mode``), and
-  logs the two head masses as ``actor/sc_sampler_head_mass`` / ``actor/sc_train_head_mass``.
-* ``verl/utils/config.py::_validate_score_centering_config`` (called by ``validate_config`` in the
-  driver before Ray starts) checks both rollout-correction blocks key by key (no defaults filled)
-  but not the loss mode: any registered policy loss that accepts ``sc_correction`` may train.
-  (Earlier revisions of the PR insisted on ``loss_mode=bypass_mode``; 8718ca30 does not.)
-
-So at 8718ca30 an SC arm trains with: verl's ``score_centering_ppo_loss`` as the engine's loss
-*dispatcher*, the project's correction in the logits-processor slot (below), and the project's
-registered arm as the policy loss. What :func:`install` does, in every verl process (it runs at ``import verl`` through
-``VERL_USE_EXTERNAL_MODULES=runners.verl_backend.sc_hook``, which the launcher sets for the driver
-and, via Ray's runtime_env, for every actor):
-
-1. replaces ``verl.trainer.ppo.score_centering.score_centering_logits_processor`` with
-   :func:`project_logits_processor`, which computes the same three outputs with the project's
-   ``ablations.score_centering.head_log_probs`` (chunked gather) and ``centering_term`` (C, Q, P).
-   ``score_centering_ppo_loss`` looks the name up at call time, so the engine's logits processor
-   is now the project's; verl's gather and correction never run. ``sc_correction`` therefore *is*
-   the project's C, and the loss that trains is the project's registered arm.
-
-Before patching, :func:`install` verifies the seam (the module, both names, and that
-``score_centering_ppo_loss`` really refers to ``score_centering_logits_processor`` by name) and
-raises :class:`~runners.verl_backend.revisions.ScoreCenteringUnsupported` otherwise: an SC arm
-never trains silently with verl's own correction. This module imports nothing from verl at import
-time, so it is importable on verl 0.9.1 (where :func:`install` raises the clear error).
+How verl computes the correction, read from its files, and what the project replaces: docs/verl_reference.md,
+"Score centering: where the project's correction plugs in". :func:`install` replaces
+``verl.trainer.ppo.score_centering.score_centering_logits_processor``, which verl's
+``score_centering_ppo_loss`` looks up by name at call time, with :func:`project_logits_processor`:
+the ``sc_correction`` verl passes to the registered policy loss is then the project's C
+(``ablations.score_centering``), and verl's own gather and correction never run. It runs at
+``import verl`` in every process of an SC arm (:mod:`runners.verl_backend.sc_hook`). Before patching
+it verifies the seam and raises :class:`~runners.verl_backend.revisions.ScoreCenteringUnsupported`
+otherwise: an SC arm never trains silently with verl's correction. Nothing from verl is imported at
+import time, so this module is importable on verl 0.9.1 (where :func:`install` raises the clear error).
 """
 
 from __future__ import annotations
