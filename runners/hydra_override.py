@@ -1,7 +1,9 @@
-"""Python values <-> Hydra command-line override strings (``key=value``), exactly round-tripping."""
+"""Hydra outside a Hydra app: Python values <-> override strings (``key=value``, exactly round-tripping),
+and composing a config module's config offline."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -46,6 +48,30 @@ def format_value(value: Any) -> str:
 def override(key: str, value: Any, *, add: bool = False) -> str:
     """``key=value``; with ``add``, ``++key=value``: set whether or not the composed config has the key."""
     return f"{'++' if add else ''}{key}={format_value(value)}"
+
+
+@contextlib.contextmanager
+def _own_hydra(config_module: str):
+    """A Hydra instance for ``config_module``, leaving any caller's Hydra state as it was."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module, version_base=None):
+            yield
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def compose_offline(config_module: str, config_name: str, overrides: list[str]) -> DictConfig:
+    """``config_name`` of the package ``config_module`` composed with ``overrides``, outside any app."""
+    from hydra import compose
+
+    with _own_hydra(config_module):
+        return compose(config_name, overrides=list(overrides))
 
 
 def parse(entry: str) -> tuple[str, Any, str]:

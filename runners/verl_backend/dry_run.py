@@ -13,7 +13,6 @@ the rules newer verl enforces (:data:`~runners.verl_backend.revisions.SC_REQUIRE
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -24,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from runners.hydra_override import parse
+from runners.hydra_override import compose_offline, parse
 from runners.verl_backend import launch, layout
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import revisions as rev
@@ -32,28 +31,9 @@ from runners.verl_backend import revisions as rev
 REPORT = "report.json"
 
 
-@contextlib.contextmanager
-def _own_hydra():
-    """A Hydra instance for verl's config module, leaving any caller's Hydra state as it was."""
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-    backup = get_gh_backup()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module("verl.trainer.config", version_base=None):
-            yield
-    finally:
-        restore_gh_from_backup(backup)
-
-
 def compose_verl(overrides: list[str]) -> DictConfig:
     """verl's ``ppo_trainer`` config with ``overrides``, composed offline."""
-    from hydra import compose
-
-    with _own_hydra():
-        return compose("ppo_trainer", overrides=list(overrides))
+    return compose_offline("verl.trainer.config", "ppo_trainer", overrides)
 
 
 def launch_shape_problems(cfg: DictConfig) -> list[str]:
@@ -286,16 +266,14 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         reason = (out / "error.txt").read_text() if (out / "error.txt").exists() else proc.stderr[-4000:]
         raise ValueError(f"dry run of {cfg.run_name} failed; see {out / 'check.log'}\n{reason}")
     report = json.loads((out / REPORT).read_text())
-    report["command"] = spec.command_line()
-    report["attempt"] = spec.paths.attempt
+    report.update(command=spec.command_line(), attempt=spec.paths.attempt)
     (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
     """The checking process: ``python -m runners.verl_backend.dry_run <request.json>``."""
-    argv = sys.argv[1:] if argv is None else argv
-    request = Path(argv[0])
+    request = Path((sys.argv[1:] if argv is None else argv)[0])
     out = request.parent
     for stale in (REPORT, "error.txt", "verl_config.yaml"):
         (out / stale).unlink(missing_ok=True)
