@@ -1,4 +1,4 @@
-"""Following a child process: its output to a log file with a progress bar; stopping its process group."""
+"""Child processes: output to a log file (with a progress bar while following it); stopping a process group."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
+
+
+def run_logged(cmd: list[str], log_path: Path) -> int:
+    """Run ``cmd`` to completion with its stdout and stderr in ``log_path``; return its exit status."""
+    with log_path.open("w") as log:
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
 
 
 class OutputFollower(threading.Thread):

@@ -77,6 +77,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
+def write_text_if_changed(path: Path, text: str) -> None:
+    """:func:`atomic_write_text` unless ``path`` already holds exactly ``text``."""
+    if not (path.is_file() and path.read_text() == text):
+        atomic_write_text(path, text)
+
+
 def remove_stale_temp_files(folder: Path) -> list[Path]:
     """Delete the temporary files interrupted :func:`atomic_write` calls left in ``folder``; return them.
 

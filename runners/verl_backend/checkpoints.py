@@ -33,7 +33,6 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.selection import TEST_SET_SELECTION, best_steps, eval_average
+from runners.child_process import run_logged
 from runners.export_check import VERIFICATION_FILE, ExportError, verify_export
 from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
 from runners.run_record import atomic_write_text, utc_now
@@ -137,11 +137,8 @@ def merger_command(actor_dir: Path, target_dir: Path, python: str | None = None)
 
 def run_subprocess(cmd: list[str], log_path: Path) -> None:
     """Run ``cmd`` with its output in ``log_path``; a non-zero exit raises :class:`CheckpointError`."""
-    with log_path.open("w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0:
-        tail = log_path.read_text()[-2000:]
-        raise CheckpointError(f"{' '.join(cmd)} exited with {proc.returncode}; log {log_path}:\n{tail}")
+    if (code := run_logged(cmd, log_path)) != 0:
+        raise CheckpointError(f"{' '.join(cmd)} exited with {code}; log {log_path}:\n{log_path.read_text()[-2000:]}")
 
 
 def resolve_step(run_dir: Path, step: str | int, ckpt_dir: Path) -> tuple[int, str]:
@@ -162,16 +159,9 @@ def resolve_step(run_dir: Path, step: str | int, ckpt_dir: Path) -> tuple[int, s
     return s, "chosen by step number"
 
 
-def export_checkpoint(
-    run_dir: Path,
-    step: str | int = "best",
-    *,
-    out_dir: Path | None = None,
-    ckpt_dir: Path | None = None,
-    force: bool = False,
-    runner: Callable[[list[str], Path], None] = run_subprocess,
-    load_check: str = "auto",
-) -> Path:
+def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path | None = None,
+                      ckpt_dir: Path | None = None, force: bool = False,
+                      runner: Callable[[list[str], Path], None] = run_subprocess, load_check: str = "auto") -> Path:
     """Export one checkpoint to BF16 safetensors with ``verification.json``; returns that file's path.
 
     ``runner(cmd, log_path)`` executes the merger command (tests pass an in-process runner);
@@ -248,10 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             path = export_checkpoint(args.run_dir, args.step, out_dir=args.out, force=args.force,
                                      load_check=args.load_check)
             report = json.loads(path.read_text())
-            print(
-                f"{path}: step {report['source']['step']} ({report['source']['selection']}), "
-                f"{report['parameters']} parameters, load check {report['load_and_generate']['status']}"
-            )
+            print(f"{path}: step {report['source']['step']} ({report['source']['selection']}), "
+                  f"{report['parameters']} parameters, load check {report['load_and_generate']['status']}")
     except CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

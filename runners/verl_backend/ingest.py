@@ -1,18 +1,12 @@
 """verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (docs/run_contract.md).
 
-Inputs (paths from :mod:`runners.verl_backend.layout`; the launcher sets the verl keys)::
-
-    <run>/config.yaml                     resolved project config (cap, steps, method, seed, run name)
-    <run>/verl/attempt-NNN/metrics.jsonl  verl ``file`` logger of attempt NNN (VERL_FILE_LOGGER_PATH;
-                                          the logger truncates on open, so one file per attempt)
-    <run>/verl/validation/<step>.jsonl    verl validation dump (trainer.validation_data_dir)
-    <run>/verl/rollouts/<step>.jsonl      optional train rollout dump (trainer.rollout_data_dir)
-    <run>/checkpoints/latest_checkpointed_iteration.txt   resume point of an attempt with no lines yet
-
-:func:`ingest_run` rebuilds the whole record from these files each time it runs (idempotent), so
-it can be called while verl runs (status ``running``) and after it ends. CLI::
-
-    python -m runners.verl_backend.ingest RUN_DIR [--status finished|failed] [--watch SECONDS]
+Inputs (paths from :mod:`runners.verl_backend.layout`; the launcher sets the verl keys): the run's
+``config.yaml``; each attempt's ``verl/attempt-NNN/metrics.jsonl`` (verl's ``file`` logger);
+``verl/validation/<step>.jsonl`` (verl's validation dump); the optional train rollout dump
+``verl/rollouts/<step>.jsonl``; and ``checkpoints/latest_checkpointed_iteration.txt`` (the resume
+point of an attempt with no lines yet). :func:`ingest_run` rebuilds the whole record from these
+files each time it runs (idempotent), so it can run while verl runs (status ``running``) and after.
+CLI: ``python -m runners.verl_backend.ingest RUN_DIR [--status finished|failed] [--watch SECONDS]``.
 
 Merging attempts. Each file-logger line is ``{"step": N, "data": {...}}``; keys starting with
 ``val-`` are the evaluation at N, the rest the train step N (verl logs both on one line, and an
@@ -27,42 +21,32 @@ line being written) is ignored; a torn line elsewhere raises.
 ``run.attempts``: one entry per attempt folder. ``start_step`` as above (an attempt with no lines
 yet: the step in ``latest_checkpointed_iteration.txt``); ``end_step`` the last train step the
 attempt logged (the last attempt: null while running, else the run's last step); ``started`` and
-``ended`` are kept from an existing ``metrics.json`` (the launcher may write them through
-:class:`~runners.run_record.RunRecord`), else taken from the files' times; an earlier attempt
-still marked running is ``killed``. ``run.status``: the ``status`` argument, else unchanged when
-an earlier call closed the record at the same step, else ``finished`` once
+``ended`` are kept from an existing ``metrics.json``, else taken from the files' times; an earlier
+attempt still marked running is ``killed``. ``run.status``: the ``status`` argument, else unchanged
+when an earlier call closed the record at the same step, else ``finished`` once
 ``trainer.total_steps`` steps are logged, else ``running``.
 
-Train metric names (``runners.run_contract``): verl 0.9.1 logs every contract metric under its
-name except the four below; every other numeric verl metric is kept under its own name; a contract
-metric with no source is written as null and logged.
+Train metrics (``runners.run_contract``): every numeric verl metric is kept under its own name;
+verl 0.9.1 logs every contract metric under its name except these four, derived here:
 
-===============================================  ====================================================
-contract                                         from verl
-===============================================  ====================================================
-actor/entropy                                    ``actor/entropy`` (log-prob pass), else
-                                                 ``actor/entropy_loss`` (update pass; bypass mode
-                                                 skips the log-prob pass)
-training/off_policy/evicted_samples              the same name; absent -> 0 (verl logs it only for a
-                                                 step that evicted stale groups)
-response/truncation_ratio                        share of responses with length >= the cap
-                                                 ``rollout.max_response_length``: verl's
-                                                 ``response_length/clip_ratio`` counts responses as
-                                                 long as the batch's longest, so it is that share
-                                                 when ``response_length/max`` reaches the cap and 0
-                                                 otherwise (a max above the cap is an error)
-batch/zero_variance_group_ratio                  the same name if logged; else from the rollout dump
-                                                 of the step (share of prompt groups, by uid, whose
-                                                 scores are all equal); else null
-===============================================  ====================================================
+* ``actor/entropy``: verl's ``actor/entropy`` (log-prob pass), else ``actor/entropy_loss``
+  (update pass; bypass mode skips the log-prob pass);
+* ``training/off_policy/evicted_samples``: 0 when absent (verl logs it only for a step that
+  evicted stale groups);
+* ``response/truncation_ratio``: the share of responses with length >= the cap
+  ``rollout.max_response_length``. verl's ``response_length/clip_ratio`` counts responses as long
+  as the batch's longest, so it is that share when ``response_length/max`` reaches the cap and 0
+  otherwise (a max above the cap is an error);
+* ``batch/zero_variance_group_ratio``: verl's if logged, else from the step's rollout dump (share
+  of prompt groups, by uid, whose scores are all equal), else null.
+
+A contract metric with no source is written as null and logged.
 
 Validation. Per evaluated step, the row keeps verl's ``val-*`` metrics of the winning attempt and
-sets, for each ``data_source`` ``<ds>`` of the dump, ``val-core/<ds>/acc/mean@<n>`` (mean acc of
-the dump's samples, each problem having exactly ``n``; verl's logged value is compared and a
-difference is logged), ``val-aux/<ds>/response_length/mean`` and ``val-aux/<ds>/truncation_ratio``
-(``response_length >= cap``). The dump line of a sample becomes ``{"data_source", "problem_id",
-"sample", "score", "acc", "response_length", "truncated"}``. verl's dump has only
-input/output/gts/score/step/uid plus the reward's extra info, so the launch config must use
+sets the contract's three metrics of each ``data_source`` of the dump from its samples (each
+problem must have exactly ``n``; a ``val-core`` value verl logged differently is logged; truncated
+= ``response_length >= cap``). The dump line of a sample becomes a val-file line. verl's dump has
+only input/output/gts/score/step/uid plus the reward's extra info, so the launch config must use
 :mod:`ablations.reward` (``compute_score`` adds ``data_source`` and ``problem_id``,
 ``LengthAwareRewardManager`` adds ``response_length``); a dump without them raises. ``sample`` is
 the rank of the rollout session id (``uid`` = ``<prompt uid>_<session>_<output>``; the last output
@@ -85,21 +69,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from runners import run_contract as rc
 from runners.provenance import config_sha256, versions
-from runners.run_contract import (
-    CONFIG_FILE,
-    EVERY_ARM_TRAIN_METRICS,
-    METRICS_FILE,
-    RUN_STATUSES,
-    SC_TRAIN_METRICS,
-    TIS_TRAIN_METRICS,
-    VAL_CORE_RE,
-    VAL_FILE_RE,
-    sample_line,
-    val_metrics,
-    val_path,
-)
-from runners.run_record import RunRecord, atomic_write_text
+from runners.run_record import RunRecord, write_text_if_changed
 from runners.verl_backend import layout
 
 log = logging.getLogger(__name__)
@@ -109,7 +83,7 @@ ENTROPY, EVICTED = "actor/entropy", "training/off_policy/evicted_samples"
 TRUNCATION, ZERO_VARIANCE = "response/truncation_ratio", "batch/zero_variance_group_ratio"
 ENTROPY_SOURCES = (ENTROPY, "actor/entropy_loss")
 #: The contract's metrics verl logs under the same name (the others are derived, see the docstring).
-TRAIN_DIRECT = tuple(m for m in EVERY_ARM_TRAIN_METRICS if m not in (ENTROPY, EVICTED, TRUNCATION, ZERO_VARIANCE))
+TRAIN_DIRECT = tuple(m for m in rc.EVERY_ARM_TRAIN_METRICS if m not in (ENTROPY, EVICTED, TRUNCATION, ZERO_VARIANCE))
 
 
 class IngestError(RuntimeError):
@@ -150,24 +124,16 @@ class RunSpec:
         if cap is None or total is None:
             raise IngestError(f"{run_dir}: config needs rollout.max_response_length and trainer.total_steps")
         eval_n = _get(cfg, "eval.n")
-        return cls(
-            name=str(_get(cfg, "run_name", run_dir.name)),
-            method=str(_get(cfg, "method.name", "unknown")),
-            seed=int(_get(cfg, "seed", 0)),
-            total_steps=int(total),
-            response_cap=int(cap),
-            eval_n=None if eval_n is None else int(eval_n),
-            tis=_get(cfg, "method.tis_cap") is not None,
-            sc=bool(_get(cfg, "method.score_centering", False)),
-        )
+        return cls(name=str(_get(cfg, "run_name", run_dir.name)), method=str(_get(cfg, "method.name", "unknown")),
+                   seed=int(_get(cfg, "seed", 0)), total_steps=int(total), response_cap=int(cap),
+                   eval_n=None if eval_n is None else int(eval_n), tis=_get(cfg, "method.tis_cap") is not None,
+                   sc=bool(_get(cfg, "method.score_centering", False)))
 
 
 def load_config(run_dir: Path) -> Any:
-    path = Path(run_dir) / CONFIG_FILE
+    path = Path(run_dir) / rc.CONFIG_FILE
     if not path.is_file():
         raise IngestError(f"{path}: missing (the launcher writes the resolved config there)")
-    from omegaconf import OmegaConf
-
     return OmegaConf.load(path)
 
 
@@ -335,7 +301,7 @@ def val_summary(samples: list[dict[str, Any]]) -> dict[str, float]:
     by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for x in samples:
         by_set[x["data_source"]].append(x)
-    return val_metrics(dict(sorted(by_set.items())), max(x["sample"] for x in samples) + 1)
+    return rc.val_metrics(dict(sorted(by_set.items())), max(x["sample"] for x in samples) + 1)
 
 
 def zero_variance_from_rollouts(path: Path) -> float | None:
@@ -377,12 +343,8 @@ def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path,
     row[TRUNCATION] = truncation_ratio(data, spec.response_cap, step)
     if ZERO_VARIANCE not in data:
         row[ZERO_VARIANCE] = zero_variance_from_rollouts(rollout_dir / f"{step}.jsonl")
-    if spec.tis:
-        for name in TIS_TRAIN_METRICS:
-            row.setdefault(name, None)
-    if spec.sc:
-        for name in SC_TRAIN_METRICS:
-            row.setdefault(name, None)
+    for name in (rc.TIS_TRAIN_METRICS if spec.tis else ()) + (rc.SC_TRAIN_METRICS if spec.sc else ()):
+        row.setdefault(name, None)
     for name, value in row.items():
         if value is None and name != "step":
             missing[name].append(step)
@@ -391,8 +353,8 @@ def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path,
 
 def _status(explicit: str | None, previous: dict[str, Any] | None, n_attempts: int, last: int, total: int) -> str:
     if explicit is not None:
-        if explicit not in RUN_STATUSES:
-            raise IngestError(f"status must be {', '.join(RUN_STATUSES[:-1])} or {RUN_STATUSES[-1]}, got {explicit!r}")
+        if explicit not in rc.RUN_STATUSES:
+            raise IngestError(f"status must be {', '.join(rc.RUN_STATUSES[:-1])} or {rc.RUN_STATUSES[-1]}, got {explicit!r}")
         return explicit
     if previous is not None and previous.get("status") in ("finished", "failed") and previous.get("last_step") == last \
             and len(previous.get("attempts") or []) == n_attempts:
@@ -402,8 +364,7 @@ def _status(explicit: str | None, previous: dict[str, Any] | None, n_attempts: i
 
 def _iso_mtime(path: Path, *, ctime: bool = False) -> str:
     st = path.stat()
-    stamp = st.st_ctime if ctime else st.st_mtime
-    return dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(st.st_ctime if ctime else st.st_mtime, dt.UTC).isoformat(timespec="seconds")
 
 
 def build_attempts(run_dir: Path, logs: list[AttemptLog], previous: list[dict], status: str, last: int
@@ -435,16 +396,9 @@ def build_attempts(run_dir: Path, logs: list[AttemptLog], previous: list[dict], 
 
 def _config_text(cfg: Any) -> str:
     try:
-        from omegaconf import OmegaConf
-
         return OmegaConf.to_yaml(cfg)
     except Exception:
         return json.dumps(cfg, sort_keys=True, default=str)
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    if not (path.is_file() and path.read_text() == text):
-        atomic_write_text(path, text)
 
 
 # -- the entry point ------------------------------------------------------------------------------
@@ -459,7 +413,7 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
     run_dir = Path(run_dir).resolve()
     cfg = load_config(run_dir) if cfg is None else cfg
     spec = RunSpec.from_cfg(cfg, run_dir)
-    config_file = run_dir / CONFIG_FILE
+    config_file = run_dir / rc.CONFIG_FILE
     sha = config_sha256(config_file.read_text() if config_file.is_file() else _config_text(cfg))
     numbers = layout.attempts(run_dir)
     logs = [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in numbers]
@@ -468,12 +422,10 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
     if last > spec.total_steps:
         raise IngestError(f"{run_dir}: train reaches step {last} beyond trainer.total_steps {spec.total_steps}")
 
-    previous = None
-    if (run_dir / METRICS_FILE).is_file():
-        try:
-            previous = json.loads((run_dir / METRICS_FILE).read_text()).get("run")
-        except (OSError, ValueError):
-            previous = None
+    try:
+        previous = json.loads((run_dir / rc.METRICS_FILE).read_text()).get("run")
+    except (OSError, ValueError):  # no record yet, or an unreadable one
+        previous = None
     run_status = _status(status, previous, len(logs), last, spec.total_steps)
 
     rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else layout.rollout_dump_dir(run_dir)
@@ -498,14 +450,14 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
         summary = val_summary(samples)
         logged = val_logged[s]
         for key, value in summary.items():
-            m = VAL_CORE_RE.match(key)
+            m = rc.VAL_CORE_RE.match(key)
             if m and _number(logged.get(key)) is not None and abs(logged[key] - value) > 1e-6:
                 log.warning("step %d: verl logged %s = %s, the dump gives %s (dump used)", s, key, logged[key], value)
         row = {"step": s}
         row.update({k: v for k, v in sorted(logged.items()) if isinstance(v, int | float | type(None))})
         row.update(summary)
         val_rows.append(row)
-        val_files[s] = "".join(sample_line(x) + "\n" for x in samples)
+        val_files[s] = "".join(rc.sample_line(x) + "\n" for x in samples)
 
     record = RunRecord.open(run_dir, name=spec.name, method=spec.method, seed=spec.seed, backend="verl",
                             total_steps=spec.total_steps, config_sha256=sha, versions=versions())
@@ -521,12 +473,12 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
 
     # order for readers watching the run: a val row appears only after its file, and a file goes
     # only after the record that referenced it is replaced
-    val_path(run_dir, 0).parent.mkdir(exist_ok=True)
+    rc.val_path(run_dir, 0).parent.mkdir(exist_ok=True)
     for s, text in val_files.items():
-        _write_if_changed(val_path(run_dir, s), text)
+        write_text_if_changed(rc.val_path(run_dir, s), text)
     record.save()
-    for stale in val_path(run_dir, 0).parent.glob("step_*.jsonl"):
-        m = VAL_FILE_RE.match(stale.name)
+    for stale in rc.val_path(run_dir, 0).parent.glob("step_*.jsonl"):
+        m = rc.VAL_FILE_RE.match(stale.name)
         if m and int(m["step"]) > last:
             stale.unlink()  # an evaluation of a trajectory a resume discarded
     return record.path
@@ -535,7 +487,7 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m runners.verl_backend.ingest", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--status", choices=RUN_STATUSES, default=None,
+    ap.add_argument("--status", choices=rc.RUN_STATUSES, default=None,
                     help="close the record with this status (default: inferred)")
     ap.add_argument("--watch", type=float, default=None, metavar="SECONDS",
                     help="re-ingest every SECONDS until the run is finished or failed")
