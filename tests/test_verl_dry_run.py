@@ -434,7 +434,7 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
         assert paths.file_logger.exists() and paths.launch_script.exists()
         assert calls[-1] == (run_dir, cfg.run_name, "failed" if status else None)
     assert layout.attempts(run_dir) == [1, 2]
-    assert [p.parent.name for p in layout.file_logger_paths(run_dir)] == ["attempt-001", "attempt-002"]
+    assert all(layout.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
 
 
 # -- the seam ---------------------------------------------------------------------------------------

@@ -46,13 +46,8 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
 
         report = dry_run(cfg, run_dir)
         newer = ", ".join(f"{r['key']} ({r['status']})" for r in report["newer_keys"]) or "none"
-        log.info(
-            "dry run of %s passed against verl %s; keys of newer verl: %s; files in %s",
-            cfg.run_name,
-            report["verl_version"],
-            newer,
-            run_dir / "verl" / "dry_run",
-        )
+        log.info("dry run of %s passed against verl %s; keys of newer verl: %s; files in %s",
+                 cfg.run_name, report["verl_version"], newer, run_dir / "verl" / "dry_run")
         for note in report.get("notes", []):
             log.info("note: %s", note)
         return

@@ -4,9 +4,9 @@ One call of :func:`launch` is one *attempt* (``<run_dir>/verl/attempt-NNN/``): v
 the newest checkpoint under ``<run_dir>/checkpoints`` by itself (``trainer.resume_mode=auto``),
 so running the same command again after a crash continues the run. verl's output goes to the
 attempt's ``verl.log``, a progress bar follows the ``step:N`` lines of verl's console logger
-(:class:`runners.child_process.OutputFollower`), and
-``runners.verl_backend.ingest.ingest_run`` merges verl's metric files into ``metrics.json`` every
-``backend.ingest_interval_s`` seconds and once more when verl exits.
+(:class:`runners.child_process.OutputFollower`), and ``runners.verl_backend.ingest.ingest_run``
+merges verl's metric files into ``metrics.json`` every ``backend.ingest_interval_s`` seconds and
+once more when verl exits.
 
 An attempt holds the run folder's lock (``runners.run_lock``; re-entrant, so a launch from
 ``runners/launch.py``, which holds it already, just keeps it): a second launch on the same folder
@@ -78,12 +78,8 @@ def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> La
 
 
 def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None = None) -> None:
-    """Merge verl's logs into ``metrics.json`` (:func:`runners.verl_backend.ingest.ingest_run`).
-
-    While verl runs (``final=False``) a failure is logged and retried at the next interval; the
-    final call raises. ``status="failed"`` closes the record after verl failed; ``None`` lets
-    ingestion infer it (finished once every step is logged).
-    """
+    """:func:`runners.verl_backend.ingest.ingest_run` (``status`` as there); while verl runs
+    (``final=False``) a failure is logged and retried at the next interval, the final call raises."""
     from runners.verl_backend.ingest import ingest_run
 
     try:
@@ -138,11 +134,9 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     if proc.returncode == 0:
         _ingest(run_dir, cfg, final=True)
         return
-    failure = RuntimeError(
-        f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
-        f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
-        "again resumes from the newest checkpoint."
-    )
+    failure = RuntimeError(f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
+                           f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
+                           "again resumes from the newest checkpoint.")
     try:
         _ingest(run_dir, cfg, final=True, status="failed")
     except Exception as err:

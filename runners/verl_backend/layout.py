@@ -56,12 +56,6 @@ def resume_step(ckpt_dir: Path) -> int | None:
         return None
 
 
-def file_logger_paths(run_dir: Path) -> list[Path]:
-    """verl's JSONL metric files of every attempt, oldest first (those that exist)."""
-    paths = (AttemptPaths(Path(run_dir), n).file_logger for n in attempts(run_dir))
-    return [p for p in paths if p.exists()]
-
-
 @dataclasses.dataclass(frozen=True)
 class AttemptPaths:
     """Absolute paths of one attempt (Ray actors run in another working directory)."""

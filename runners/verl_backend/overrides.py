@@ -24,10 +24,8 @@ from runners.schema import arm_traits
 from runners.verl_backend import revisions as rev
 from runners.verl_backend.layout import AttemptPaths
 
-#: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``): the
-#: project's loss registration (also an entry point, but entry-point errors are swallowed; this
-#: route fails loudly) and, for score-centering arms, the seam that installs the project's
-#: correction into verl's logits-processor slot.
+#: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``; see
+#: docs/verl_reference.md): the project's loss registration, loudly, and for SC arms the seam.
 REGISTRY_MODULE = "ablations.registry"
 SC_HOOK_MODULE = "runners.verl_backend.sc_hook"
 

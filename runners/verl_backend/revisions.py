@@ -37,7 +37,6 @@ PYPI = Revision("0.9.1", None, 'pip install -e ".[gpu]"', score_centering=False)
 #: The install: the project's gpu extra first, then verl from git at the commit over the wheel, other pins kept.
 SCORE_CENTERING = Revision(_SC_COMMIT[:8], _SC_COMMIT, f'{PYPI.install} && pip install --no-deps '
                            f'"verl @ git+https://github.com/verl-project/verl.git@{_SC_COMMIT}"', score_centering=True)
-REVISIONS = (PYPI, SCORE_CENTERING)
 REQUIRED_COMMIT = SCORE_CENTERING.commit  # the first with score-centering support (the reference runs)
 REQUIRED_COMMIT_SHORT = SCORE_CENTERING.name
 INSTALL_COMMAND = SCORE_CENTERING.install
@@ -74,31 +73,19 @@ class NewerKey:
 
 _RC_CLASS = ("verl.trainer.config.algorithm", "RolloutCorrectionConfig", "score_centering")
 NEWER_KEYS: tuple[NewerKey, ...] = (
-    NewerKey(
-        f"{ROLLOUT}.topk_log_probs",
-        ("verl.workers.config.rollout", "RolloutConfig", "topk_log_probs"),
-        "integer >= 1 (= method.top_k); needs rollout.name=vllm, calculate_log_probs=True, "
-        "top_p=1, top_k=-1, logprobs_mode=processed_logprobs",
-        "vLLM returns the sampler's top-k log-probs per generated token (the head H)",
-        _positive_int,
-    ),
-    NewerKey(
-        f"{DRIVER_RC}.score_centering",
-        _RC_CLASS,
-        "true; needs bypass_mode=True, loss_type=reinforce, rollout_is in {null, token}, "
-        "rollout_is_batch_normalize=False, and the same flag on the actor side",
-        "the driver carries the sampler head to the trainer",
-        lambda v: isinstance(v, bool),
-    ),
-    NewerKey(
-        f"{ACTOR_RC}.score_centering",
-        _RC_CLASS,
-        "true, equal to the driver flag; actor and driver rollout_correction agree on "
-        "bypass_mode, loss_type, rollout_is, rollout_is_threshold; loss_mode takes sc_correction",
-        "the FSDP engine computes the correction from the trainer logits and passes "
-        "sc_correction= to the policy loss",
-        lambda v: isinstance(v, bool),
-    ),
+    NewerKey(f"{ROLLOUT}.topk_log_probs", ("verl.workers.config.rollout", "RolloutConfig", "topk_log_probs"),
+             "integer >= 1 (= method.top_k); needs rollout.name=vllm, calculate_log_probs=True, "
+             "top_p=1, top_k=-1, logprobs_mode=processed_logprobs",
+             "vLLM returns the sampler's top-k log-probs per generated token (the head H)", _positive_int),
+    NewerKey(f"{DRIVER_RC}.score_centering", _RC_CLASS,
+             "true; needs bypass_mode=True, loss_type=reinforce, rollout_is in {null, token}, "
+             "rollout_is_batch_normalize=False, and the same flag on the actor side",
+             "the driver carries the sampler head to the trainer", lambda v: isinstance(v, bool)),
+    NewerKey(f"{ACTOR_RC}.score_centering", _RC_CLASS,
+             "true, equal to the driver flag; actor and driver rollout_correction agree on "
+             "bypass_mode, loss_type, rollout_is, rollout_is_threshold; loss_mode takes sc_correction",
+             "the FSDP engine computes the correction from the trainer logits and passes "
+             "sc_correction= to the policy loss", lambda v: isinstance(v, bool)),
 )
 BY_KEY = {entry.key: entry for entry in NEWER_KEYS}
 TOPK_KEY, DRIVER_SC_KEY, ACTOR_SC_KEY = BY_KEY
@@ -184,11 +171,9 @@ class Support:
 
     def message(self, what: str = "an SC arm") -> str:
         lacks = "; ".join(self.missing) or "nothing"
-        return (
-            f"{what} needs verl with score-centering support (verl commit {REQUIRED_COMMIT_SHORT}, "
-            f"{REQUIRED_COMMIT}, or later); the installed verl {self.verl_version} lacks: {lacks}. "
-            f"Install it with: {INSTALL_COMMAND}"
-        )
+        return (f"{what} needs verl with score-centering support (verl commit {REQUIRED_COMMIT_SHORT}, "
+                f"{REQUIRED_COMMIT}, or later); the installed verl {self.verl_version} lacks: {lacks}. "
+                f"Install it with: {INSTALL_COMMAND}")
 
 
 def declares(module: str, name: str, field: str) -> bool:

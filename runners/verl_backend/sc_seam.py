@@ -68,9 +68,8 @@ def _sequence_parallel_slice(ids: torch.Tensor, log_probs: torch.Tensor):
     return ids, log_probs
 
 
-def project_logits_processor(
-    student_logits: torch.Tensor, data: Any, config: Any, data_format: str = "thd"
-) -> dict[str, torch.Tensor]:
+def project_logits_processor(student_logits: torch.Tensor, data: Any, config: Any, data_format: str = "thd"
+                             ) -> dict[str, torch.Tensor]:
     """verl's logits-processor slot, filled with the project's head gather and centering term.
 
     Args:
@@ -88,25 +87,15 @@ def project_logits_processor(
     from ablations.score_centering import centering_term, head_log_probs
 
     if data_format != "thd":
-        raise NotImplementedError(
-            f"score centering needs the packed (thd) layout, got data_format={data_format!r}"
-        )
-    ids = data["rollout_topk_ids"].values()
-    sampler = data["rollout_topk_log_probs"].values()
-    ids, sampler = _sequence_parallel_slice(ids, sampler)
+        raise NotImplementedError(f"score centering needs the packed (thd) layout, got data_format={data_format!r}")
+    ids, sampler = _sequence_parallel_slice(data["rollout_topk_ids"].values(), data["rollout_topk_log_probs"].values())
     logits = student_logits.squeeze(0)
     if ids.shape[0] != logits.shape[0] or sampler.shape != ids.shape:
-        raise ValueError(
-            f"sampler head {tuple(ids.shape)} / {tuple(sampler.shape)} does not line up with the "
-            f"trainer logits {tuple(logits.shape)}"
-        )
-    train_head = head_log_probs(logits, ids)
-    correction, sampler_mass, train_mass = centering_term(train_head, sampler, is_cap=is_cap_from(config))
-    return {
-        "sc_correction": correction.unsqueeze(0),
-        "sc_sampler_head_mass": sampler_mass.detach().unsqueeze(0),
-        "sc_train_head_mass": train_mass.detach().unsqueeze(0),
-    }
+        raise ValueError(f"sampler head {tuple(ids.shape)} / {tuple(sampler.shape)} does not line up with the "
+                         f"trainer logits {tuple(logits.shape)}")
+    correction, sampler_mass, train_mass = centering_term(head_log_probs(logits, ids), sampler, is_cap=is_cap_from(config))
+    return {"sc_correction": correction.unsqueeze(0), "sc_sampler_head_mass": sampler_mass.detach().unsqueeze(0),
+            "sc_train_head_mass": train_mass.detach().unsqueeze(0)}
 
 
 setattr(project_logits_processor, MARK, True)
@@ -116,17 +105,13 @@ def verify_seam(module: Any) -> None:
     """Raise unless ``module`` has the shape described in this module's docstring."""
     missing = [name for name in rev.SEAM_NAMES if not hasattr(module, name)]
     if missing:
-        raise rev.ScoreCenteringUnsupported(
-            f"{module.__name__} lacks {missing}: the score-centering seam of verl {rev.REQUIRED_COMMIT_SHORT} "
-            "changed; the project's correction cannot be installed"
-        )
-    loss = module.score_centering_ppo_loss
-    names = getattr(getattr(loss, "__code__", None), "co_names", ())
-    if "score_centering_logits_processor" not in names:
-        raise rev.ScoreCenteringUnsupported(
-            f"{module.__name__}.score_centering_ppo_loss no longer calls score_centering_logits_processor by "
-            "name: the seam changed; refusing to run an SC arm with verl's own correction"
-        )
+        raise rev.ScoreCenteringUnsupported(f"{module.__name__} lacks {missing}: the score-centering seam of verl "
+                                            f"{rev.REQUIRED_COMMIT_SHORT} changed; the project's correction cannot be installed")
+    if "score_centering_logits_processor" not in getattr(getattr(module.score_centering_ppo_loss, "__code__", None),
+                                                             "co_names", ()):
+        raise rev.ScoreCenteringUnsupported(f"{module.__name__}.score_centering_ppo_loss no longer calls "
+                                            "score_centering_logits_processor by name: the seam changed; refusing to "
+                                            "run an SC arm with verl's own correction")
 
 
 def install(module: Any | None = None) -> None:
