@@ -17,7 +17,7 @@ python -c "import vllm" || { echo "gpu_smoke: vLLM missing: pip install -e '.[gp
 python benchmarks/gpu_smoke_assets.py "$OUT"
 
 arms=pg,tis
-if python -c "import sys; from runners.verl_backend import sc_support; sys.exit(0 if sc_support.supported() else 1)"; then
+if python -c "import sys; from runners.verl_backend import revisions; sys.exit(0 if revisions.supported() else 1)"; then
     arms=pg,tis,sc,sc_tis
 else
     echo "gpu_smoke: verl without score-centering support: SC arms skipped" >&2

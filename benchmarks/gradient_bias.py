@@ -185,7 +185,7 @@ def bias_summary(g_on: np.ndarray, g_arm: np.ndarray, rng: np.random.Generator, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=24, help="batches per level (and on-policy)")
+    parser.add_argument("--batches", type=int, default=32, help="batches per level (and on-policy)")
     parser.add_argument("--prompts", type=int, default=16, help="prompt groups per batch")
     parser.add_argument("--levels", nargs="+", default=list(DEFAULT_LEVELS), choices=sorted(LEVELS))
     parser.add_argument("--threads", type=int, default=2)

@@ -211,7 +211,7 @@ class LocalBackendConfig:
     threads: int = at_least(1)
     micro_batch_size: int = at_least(1)
     head_chunk_rows: int = at_least(1)
-    gradient_diagnostics: bool = True
+    gradient_diagnostics: bool = False
     keep_checkpoints: int = at_least(1)
     cache_dir: str = MISSING
     sampler: LocalSamplerConfig = field(default_factory=LocalSamplerConfig)

@@ -13,9 +13,11 @@
   response prefix) is the same for every response of the group. There the group-mean advantage
   sums to zero over the group, so the drift at that context cancels within the batch.
 
-The gradient ratio costs one extra backward pass per micro-batch (``torch.autograd.grad`` of the
-centering term, which leaves ``.grad`` and hence the training update untouched);
-``backend.gradient_diagnostics=false`` turns it off.
+The gradient ratio and cosine cost one extra backward pass per micro-batch (``torch.autograd.grad``
+of the centering term, which leaves ``.grad`` and hence the training update untouched), so they are
+on only with ``backend.gradient_diagnostics=true`` (``+experiment=scratchpad`` sets it; the cost is
+measured by ``benchmarks/diagnostics_cost.py``, figures in the README). The other three are cheap
+and always logged.
 """
 
 from __future__ import annotations

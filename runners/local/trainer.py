@@ -112,7 +112,7 @@ class PolicyTrainer:
         micro = self.cfg.backend.micro_batch_size
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
-        diagnose = bool(self.cfg.backend.get("gradient_diagnostics", True))
+        diagnose = bool(self.cfg.backend.get("gradient_diagnostics", False))
         centering_grad = CenteringGradient([p for p in self.model.parameters() if p.requires_grad]) if diagnose else None
         shared = shared_context(rollout.response_ids, rollout.response_mask, self.cfg.trainer.n)
         for start in range(0, rows, micro):
