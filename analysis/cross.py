@@ -56,6 +56,8 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
         if _problems(sweep) != _problems(reference):
             raise ValueError(f"{sweep.root} and {reference.root} evaluate different problems: not comparable")
         for method, (runs, y) in arm_scores(sweep, checkpoint_steps(sweep, [checkpoint])).items():
+            if sweep.root == reference.root and method == reference_method:
+                continue  # the reference against itself
             if len(runs) < 2 or len(ref_runs) < 2:
                 raise ValueError(f"{sweep.root}:{method} has {len(runs)} seed(s), the reference {len(ref_runs)}: "
                                  "two or more are needed for the between-seed variance")

@@ -226,7 +226,9 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             problems.append(f"verl rejects {key}: {err}")
     loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
     if loss_mode not in POLICY_LOSS_REGISTRY:
-        arms = sorted(k for k in POLICY_LOSS_REGISTRY if k.startswith("ablation_"))
+        from ablations.losses import ARM_LOSSES
+
+        arms = sorted(ARM_LOSSES)
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
                         f"process (registered project arms: {arms}); is the `ablations` plug-in installed?")
     else:

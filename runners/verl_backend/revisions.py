@@ -141,14 +141,12 @@ SC_SIDES_AGREE = ("bypass_mode", "loss_type", "rollout_is", "rollout_is_threshol
 
 
 def loss_takes_sc_correction(loss_mode: str) -> bool:
-    """Is ``loss_mode`` a registered verl policy loss with an ``sc_correction`` parameter (how
-    8718ca30's loss passes the correction)? Imports verl."""
-    import inspect
+    """Does ``loss_mode`` take the ``sc_correction`` term (how 8718ca30's loss passes it)? Read from
+    the arm's declaration (``ablations.losses.arm(..., sc=True)``), like every other arm trait."""
+    from ablations.losses import ARM_LOSSES
 
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
-
-    fn = POLICY_LOSS_REGISTRY.get(loss_mode)
-    return fn is not None and "sc_correction" in inspect.signature(fn).parameters
+    spec = ARM_LOSSES.get(loss_mode)
+    return spec is not None and spec.sc
 
 
 def markdown_table() -> str:
