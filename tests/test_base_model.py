@@ -50,6 +50,17 @@ def test_default_config_loads_the_verified_shipped_model(tmp_path):
     assert len(tok) == model.config.vocab_size and not model.training
 
 
+def test_scratchpad_experiment_loads_its_own_shipped_model(tmp_path):
+    cfg = composed([f"results_root={tmp_path}", "+experiment=scratchpad"])
+    asset_dir = bm.asset_dir_for(cfg)
+    manifest = bm.verify(asset_dir)
+    regenerate = "python -m runners.local.warmstart --ship --model tiny_qwen3_scratchpad --data sum_scratchpad"
+    assert cache_key(cfg) == manifest["key"], f"scratchpad config changed: regenerate with `{regenerate}`"
+    assert bm.shipped_dir_for(manifest["key"]) == asset_dir != bm.ASSET_DIR
+    _, _, source = bm.load_base_model_for(cfg, tmp_path / "cache", progress=False)
+    assert source == f"shipped:{asset_dir}" and not (tmp_path / "cache").exists()
+
+
 def test_tampered_or_missing_files_are_refused(tmp_path):
     assets = tmp_path / "assets"
     shutil.copytree(bm.ASSET_DIR, assets)
