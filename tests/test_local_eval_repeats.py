@@ -81,6 +81,11 @@ def test_repeat_files_pass_the_contract_and_feed_the_retest_table(tmp_path):
 
 @pytest.mark.parametrize("value", ["0", "1.5", "true"])
 def test_bad_repeats_name_the_key(value):
-    cfg = _cfg(f"eval.repeats={value}")
-    with pytest.raises(ValueError, match=r"eval\.repeats must be an integer >= 1"):
+    """Rejected before compute, as the launcher checks: a wrong type at composition, a range by the schema."""
+
+    def checked():
+        cfg = validation.compose_checked(lambda overrides: _cfg(*overrides), [f"eval.repeats={value}"])
         validation.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+
+    with pytest.raises(ValueError, match=r"eval\.repeats.*integer"):
+        checked()
