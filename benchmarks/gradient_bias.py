@@ -94,8 +94,11 @@ def make_sampler(model, tokenizer, cfg, level: str | None):
     return sampler
 
 
-def batch_gradients(model, trainer_cfgs, batch, pad_id, temperature, arms) -> dict[str, np.ndarray]:
-    """Flattened parameter gradient of each arm's loss on ``batch`` (one forward, one backward per arm)."""
+def batch_gradients(model, trainer_cfgs, batch, pad_id, temperature, arms
+                    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Flattened parameter gradient of each arm's loss on ``batch`` (one forward, one backward per arm), and
+    the batch's mismatch from the same forward: ``kl`` (k1 estimate of KL(q || p) over response tokens) and
+    ``tail`` (the sampler's mass outside its head)."""
     import torch
 
     from ablations.score_centering import centering_term, head_log_probs
@@ -121,7 +124,11 @@ def batch_gradients(model, trainer_cfgs, batch, pad_id, temperature, arms) -> di
         grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
         out[arm] = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
                               for g, p in zip(grads, params, strict=True)]).double().numpy()
-    return out
+    with torch.no_grad():
+        live = mask.bool()
+        stats = {"kl": float((rollout.log_probs - log_prob)[live].mean()),
+                 "tail": float((1 - rollout.head_log_probs.exp().sum(-1))[live].mean())}
+    return out, stats
 
 
 def sample_batches(sampler, task, tokenizer, cfg, prompts_per_batch: int, batches: int, seed: int):
@@ -226,17 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         stats = {"kl": [], "tail": []}
         batches = sample_batches(sampler, task, tokenizer, base_cfg, args.prompts, args.batches, args.seed)
         for batch in tqdm(batches, total=args.batches, desc=level or "on-policy", leave=False):
-            for arm, grad in batch_gradients(model, trainer_cfgs, batch, pad_id, temperature, arms).items():
+            grads, batch_stats = batch_gradients(model, trainer_cfgs, batch, pad_id, temperature, arms)
+            for arm, grad in grads.items():
                 rows[arm].append(grad)
-            with torch.no_grad():
-                logits = __import__("runners.local.trainer", fromlist=["x"]).response_logits(
-                    model, batch.rollout, pad_id, temperature)
-                lp = torch.log_softmax(logits, -1)
-                m = batch.rollout.response_mask.bool()
-                stats["kl"].append(float((batch.rollout.log_probs - lp.gather(-1, batch.rollout.response_ids[..., None])
-                                          .squeeze(-1))[m].mean()))
-                q_mass = batch.rollout.head_log_probs.exp().sum(-1)
-                stats["tail"].append(float((1 - q_mass)[m].mean()))
+            for key, value in batch_stats.items():
+                stats[key].append(value)
         result = {arm: np.stack(v) for arm, v in rows.items()}
         result["_stats"] = {k: float(np.mean(v)) for k, v in stats.items()}
         return result
