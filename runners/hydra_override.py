@@ -51,17 +51,22 @@ def override(key: str, value: Any, *, add: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def _own_hydra(config_module: str):
-    """A Hydra instance for ``config_module``, leaving any caller's Hydra state as it was."""
-    from hydra import initialize_config_module
+def _own_hydra(config_module: str | None = None, config_dir: Path | None = None):
+    """A Hydra instance for ``config_module`` (or the folder ``config_dir``), leaving any caller's
+    Hydra state as it was."""
+    from hydra import initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_module(config_module, version_base=None):
-            yield
+        if config_dir is not None:
+            with initialize_config_dir(str(config_dir), version_base=None):
+                yield
+        else:
+            with initialize_config_module(config_module, version_base=None):
+                yield
     finally:
         restore_gh_from_backup(backup)
 
@@ -71,6 +76,14 @@ def compose_offline(config_module: str, config_name: str, overrides: list[str]) 
     from hydra import compose
 
     with _own_hydra(config_module):
+        return compose(config_name, overrides=list(overrides))
+
+
+def compose_dir_offline(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig:
+    """``config_name`` of the folder ``config_dir`` composed with ``overrides``, outside any app."""
+    from hydra import compose
+
+    with _own_hydra(config_dir=config_dir):
         return compose(config_name, overrides=list(overrides))
 
 

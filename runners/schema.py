@@ -264,6 +264,7 @@ class VerlReward:
 class VerlBackendConfig:
     name: str = choice("verl", default="verl")
     dry_run: bool = False
+    platform: str = choice("gpu", "cpu", default="gpu")
     python: Optional[str] = None  # noqa: UP045
     trainer_mode: str = choice("separate_async")
     num_warmup_batches: int = at_least(0)

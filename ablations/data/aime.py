@@ -58,8 +58,13 @@ def prepare_eval(
     *,
     max_prompt_length: int = 1024,
     expected_count: int | None = 30,
+    instruction: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """verl rows of one evaluation set; any defect raises :class:`DataPrepError` naming the row."""
+    """verl rows of one evaluation set; any defect raises :class:`DataPrepError` naming the row.
+
+    ``instruction=False`` makes the problem text the whole user message, for sets whose problems
+    carry their own answer format (the CPU rehearsal's arithmetic, which its tokenizer covers).
+    """
     if not _DATA_SOURCE_RE.match(data_source):
         raise DataPrepError(
             f"data_source {data_source!r} must be lowercase letters, digits or _ (e.g. aime2024)"
@@ -89,7 +94,7 @@ def prepare_eval(
             raise DataPrepError(
                 f"{data_source} row {i}: answer {row.get(answer_col)!r} is not an AIME integer (0..999)"
             )
-        messages = user_messages(wrap_problem(problem))
+        messages = user_messages(wrap_problem(problem) if instruction else problem.strip())
         n_tokens = prompt_token_count(tokenizer, messages)
         if n_tokens > max_prompt_length:
             raise DataPrepError(

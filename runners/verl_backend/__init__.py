@@ -13,7 +13,8 @@ Two entry points, called by ``runners/launch.py``:
 Modules: ``revisions`` (the facts about each supported verl revision), ``overrides`` (config ->
 verl overrides, pure), ``sc_seam``/``sc_hook`` (the project's correction in verl's slot),
 ``dry_run``, ``launch``, ``layout``, ``checks`` (validate), ``ingest`` (verl's logs -> the run
-record), ``checkpoints``. Importing this package does not import verl.
+record), ``checkpoints``, ``rehearsal`` (``backend.platform=cpu``: the CPU swaps and the assets;
+the stand-ins themselves are in :mod:`runners.verl_cpu`). Importing this package does not import verl.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    from runners.verl_backend import rehearsal
+
+    if rehearsal.is_rehearsal(cfg):
+        rehearsal.prepare_assets(cfg)
     if cfg.backend.dry_run:
         from runners.verl_backend.dry_run import dry_run
 
@@ -50,6 +55,10 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
                  cfg.run_name, report["verl_version"], newer, run_dir / "verl" / "dry_run")
         for note in report.get("notes", []):
             log.info("note: %s", note)
+        if "rehearsal" in report:
+            log.info("rehearsal: %d keys differ from the reference launch, by the swaps %s; see %s",
+                     len(report["rehearsal"]["difference"]), ", ".join(s["name"] for s in report["rehearsal"]["swaps"]),
+                     run_dir / "verl" / "dry_run" / "rehearsal_difference.txt")
         return
     from runners.verl_backend.launch import launch
 

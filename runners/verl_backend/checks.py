@@ -4,8 +4,9 @@ Every error is a ``ValueError`` naming the key and what it allows. ``runners.val
 first (the schema, the arm, the rules every backend shares); the checks that need verl's composed
 config run in the dry run. These are the verl backend's own rules across keys: what
 ``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
-keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`), and score-centering
-support on a real launch (the error names the verl commit and the install command).
+keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`), score-centering
+support on a real launch (the error names the verl commit and the install command), and on the CPU
+rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from runners.verl_backend import overrides as ovr
+from runners.verl_backend import rehearsal
 from runners.verl_backend import revisions as rev
 
 _MISSING = object()
@@ -71,7 +73,7 @@ def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
         _fail("data.eval_sets[].name", names, "distinct lowercase names (equal names merge their metrics)")
     if len(set(files := [str(s.file) for s in sets])) != len(files):
         _fail("data.eval_sets[].file", files, "one file per evaluation set")
-    if dry_run:
+    if dry_run or rehearsal.is_rehearsal(cfg):  # the rehearsal writes its data before the launch
         return
     train, evals = ovr.data_files(cfg)
     if missing := [str(p) for p in [train, *evals] if not Path(p).exists()]:
@@ -85,5 +87,7 @@ def validate(cfg: DictConfig) -> None:
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
     _check_launch(cfg)
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
+    if rehearsal.is_rehearsal(cfg):
+        rehearsal.check(cfg)
     if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:
         rev.require(f"method={cfg.method.name} (score centering)")

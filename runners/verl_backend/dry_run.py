@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runners.hydra_override import compose_offline, parse
-from runners.verl_backend import launch, layout
+from runners.verl_backend import launch, layout, rehearsal
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import revisions as rev
 
@@ -269,6 +269,9 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise ValueError(f"dry run of {cfg.run_name} failed; see {out / 'check.log'}\n{reason}")
     report = json.loads((out / REPORT).read_text())
     report.update(command=spec.command_line(), attempt=spec.paths.attempt)
+    if rehearsal.is_rehearsal(cfg):
+        report["rehearsal"] = rehearsal.reference_difference(cfg, spec.paths)
+        (out / "rehearsal_difference.txt").write_text(rehearsal.difference_text(report["rehearsal"]))
     (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report
 

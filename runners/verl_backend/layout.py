@@ -99,3 +99,8 @@ class AttemptPaths:
     @property
     def hydra_dir(self) -> Path:
         return self.attempt_dir / "hydra"
+
+    @property
+    def cpu_state(self) -> Path:
+        """The CPU rehearsal's weight-sync files and rollout sync log (``runners.verl_cpu``)."""
+        return self.attempt_dir / "cpu"

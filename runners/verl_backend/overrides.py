@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from runners.hydra_override import override
 from runners.schema import arm_traits
+from runners.verl_backend import rehearsal
 from runners.verl_backend import revisions as rev
 from runners.verl_backend.layout import AttemptPaths
 
@@ -43,9 +44,16 @@ def is_score_centering(cfg: DictConfig) -> bool:
 
 
 def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
-    """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor."""
+    """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor: the file
+    logger's path, the modules every verl process imports, what the installed verl needs to avoid
+    its known defects (:func:`runners.verl_backend.revisions.environment_fixes`) and, on the CPU
+    rehearsal, the platform's (:func:`runners.verl_backend.rehearsal.environment`)."""
     modules = [REGISTRY_MODULE] + ([SC_HOOK_MODULE] if is_score_centering(cfg) else [])
-    return {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
+    env = {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), **rev.environment_fixes()}
+    if rehearsal.is_rehearsal(cfg):
+        modules.append(rehearsal.PLUGIN_MODULE)
+        env.update(rehearsal.environment(cfg, paths.cpu_state))
+    return {**env, "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
 
 
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
@@ -184,6 +192,8 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     for name, value in process_env(cfg, paths).items():
         put(f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, add=True)
 
+    if rehearsal.is_rehearsal(cfg):
+        ov = rehearsal.apply(ov, cfg, paths.cpu_state)
     ov.extend(str(x) for x in b.extra_overrides)
     return ov
 

@@ -1,0 +1,288 @@
+"""The rehearsal: the reference experiment's verl launch on a CPU (``backend.platform=cpu``).
+
+``+experiment=rehearsal`` is ``+experiment=qwen3_4b_sc_repro`` with smaller sizes (its yaml) and
+``backend.platform=cpu``, which swaps exactly the GPU-only leaves listed by :func:`swaps`, each
+named, in the override list and the environment; everything else is the reference experiment's
+launch, run by verl's whole V1 ``separate_async`` trainer (Ray, the agent loop, TransferQueue, the
+replay buffer, weight sync every step, validation, checkpoints, the file logger). The dry run's
+report lists the difference from the reference launch key by key (:func:`difference`).
+
+Before the launch, :func:`prepare_assets` writes what the rehearsal trains on, once per results
+root: the project's shipped tiny Qwen3 as a Hugging Face folder with its tokenizer, and generated
+arithmetic problems written by ``ablations.data``'s own writers in the DAPO/AIME parquet schema.
+:func:`check` rejects settings the tiny model cannot hold before Ray starts, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runners import verl_cpu
+from runners.hydra_override import override, parse
+from runners.validate import CONF_DIR
+
+#: The embedded default's model and task, which the rehearsal's assets are made of.
+MODEL_YAML = CONF_DIR / "model" / "tiny_qwen3.yaml"
+TASK_YAML = CONF_DIR / "data" / "synthetic_arith.yaml"
+#: Module of the CPU platform, named in ``VERL_USE_EXTERNAL_MODULES`` so that a failed import is loud
+#: (the ``verl.plugins`` entry point alone would be swallowed by verl).
+PLUGIN_MODULE = "runners.verl_cpu.plugin"
+#: The environment of every process of a rehearsal, besides the platform: one thread per process
+#: (2 cores run a dozen processes), no tokenizer thread pool.
+CPU_THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+MANIFEST = "rehearsal_assets.json"
+
+
+def is_rehearsal(cfg: DictConfig) -> bool:
+    return OmegaConf.select(cfg, "backend.platform", default="gpu") == verl_cpu.PLATFORM
+
+
+@dataclasses.dataclass(frozen=True)
+class Swap:
+    """One named CPU stand-in: the verl overrides it sets (key -> value) and the environment it adds."""
+
+    name: str
+    why: str
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def logical_gpus(cfg: DictConfig) -> int:
+    """Logical GPUs declared to Ray: the trainer pool plus the rollout pool, as placed on a GPU node."""
+    p = cfg.backend.placement
+    return int(p.nnodes) * int(p.trainer_gpus_per_node) + int(p.rollout_nnodes) * int(p.rollout_gpus_per_node)
+
+
+def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
+    """The CPU swaps of a rehearsal, in the order they are applied (``state_dir``: the attempt's
+    folder for the weight-sync files and the rollout's sync log)."""
+    model = Path(str(cfg.model.path)).expanduser().resolve()
+    return [
+        Swap("model", "the shipped tiny Qwen3 (prepare_assets) instead of a hub checkpoint; sdpa, no flash-attn",
+             {"actor_rollout_ref.model.path": model,
+              "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}),
+        Swap("platform", "verl's platform `cpu` (runners.verl_cpu.platform): device cpu, gloo collectives; "
+             "verl's FSDP engine is looked up under the cuda device name",
+             env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}),
+        Swap("rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl_cpu.rollout): "
+             "an HF model sampling on the CPU instead of vLLM", {"actor_rollout_ref.rollout.name": verl_cpu.ROLLOUT_NAME,
+                                                               "actor_rollout_ref.rollout.dtype": "float32"}),
+        Swap("weight sync", f"`{verl_cpu.WEIGHT_SYNC_BACKEND}` in verl's CheckpointEngineRegistry "
+             "(runners.verl_cpu.weight_sync): a file per sync instead of NCCL",
+             {"actor_rollout_ref.rollout.checkpoint_engine.backend": verl_cpu.WEIGHT_SYNC_BACKEND},
+             {verl_cpu.STATE_DIR_ENV: str(state_dir)}),
+        Swap("logical GPUs", "Ray places verl's resource pools on logical GPUs and CPUs of a local cluster",
+             {"ray_kwargs.ray_init.num_gpus": logical_gpus(cfg), "ray_kwargs.ray_init.num_cpus": 16,
+              "ray_kwargs.ray_init.include_dashboard": False}),
+        Swap("sizes", "one storage unit, one reward worker, no dataloader workers: 2 cores",
+             {"transfer_queue.backend.SimpleStorage.num_data_storage_units": 1, "reward.num_workers": 1,
+              "data.dataloader_num_workers": 0}),
+    ]
+
+
+def apply(overrides: list[str], cfg: DictConfig, state_dir: Path) -> list[str]:
+    """``overrides`` with every swap's keys replaced in place (or appended with ``++`` where the
+    reference launch does not set them)."""
+    out = list(overrides)
+    index = {parse(item)[0]: i for i, item in enumerate(out)}
+    for swap in swaps(cfg, state_dir):
+        for key, value in swap.overrides.items():
+            if key in index:  # same form as the reference's entry
+                out[index[key]] = override(key, value, add=parse(out[index[key]])[2] == "++")
+            else:
+                index[key] = len(out)
+                out.append(override(key, value, add=True))
+    return out
+
+
+def environment(cfg: DictConfig, state_dir: Path) -> dict[str, str]:
+    """The environment the swaps add to every verl process."""
+    env: dict[str, str] = {}
+    for swap in swaps(cfg, state_dir):
+        env.update(swap.env)
+    return env
+
+
+def difference(reference: list[str], rehearsal: list[str], reference_env: dict[str, str],
+               rehearsal_env: dict[str, str], named: list[Swap]) -> list[dict[str, Any]]:
+    """One row per verl key or environment variable whose value differs from the reference launch:
+    ``{"key", "reference", "rehearsal", "by"}``, ``by`` the swap that set it, else the experiment's yaml."""
+    owner = {key: s.name for s in named for key in s.overrides}
+    owner.update({f"env:{key}": s.name for s in named for key in s.env})
+
+    def values(items: list[str]) -> dict[str, Any]:
+        return {key: value for key, value, _ in map(parse, items)}
+
+    rows = []
+    for kind, ref, new in (("", values(reference), values(rehearsal)),
+                           ("env:", reference_env, rehearsal_env)):
+        for key in [*ref, *(k for k in new if k not in ref)]:
+            if ref.get(key, "<unset>") != new.get(key, "<unset>"):
+                name = f"{kind}{key}"
+                rows.append({"key": name, "reference": ref.get(key, "<unset>"), "rehearsal": new.get(key, "<unset>"),
+                             "by": owner.get(name, "conf/experiment/rehearsal.yaml")})
+    return rows
+
+
+def reference_difference(cfg: DictConfig, paths: Any) -> dict[str, Any]:
+    """The named swaps and the key-by-key difference between this rehearsal's launch and the
+    reference experiment's launch of the same arm and seed (into the same run folder)."""
+    from runners.hydra_override import compose_dir_offline
+    from runners.verl_backend import overrides as ovr
+
+    reference = compose_dir_offline(CONF_DIR, "config", [
+        "+experiment=qwen3_4b_sc_repro", f"method={cfg.method.name}", f"seed={cfg.seed}",
+        f"results_root={cfg.results_root}"])
+    OmegaConf.resolve(reference)
+    named = swaps(cfg, paths.cpu_state)
+    rows = difference(ovr.build_overrides(reference, paths), ovr.build_overrides(cfg, paths),
+                      ovr.process_env(reference, paths), ovr.process_env(cfg, paths), named)
+    return {"swaps": [{"name": s.name, "why": s.why, "keys": [*s.overrides, *(f"env:{k}" for k in s.env)]}
+                      for s in named],
+            "difference": rows}
+
+
+def difference_text(report: dict[str, Any]) -> str:
+    """The difference as a table for people: one line per key, grouped by what set it."""
+    lines = ["CPU swaps (runners/verl_backend/rehearsal.py):"]
+    lines += [f"  {s['name']}: {s['why']}" for s in report["swaps"]]
+    lines.append("")
+    lines.append("difference from +experiment=qwen3_4b_sc_repro (key: reference -> rehearsal):")
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in report["difference"]:
+        by.setdefault(row["by"], []).append(row)
+    for name, rows in by.items():
+        lines.append(f"  [{name}]")
+        lines += [f"    {r['key']}: {r['reference']} -> {r['rehearsal']}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+# -- what the tiny model can hold ---------------------------------------------------------------
+def _yaml(path: Path) -> DictConfig:
+    node = OmegaConf.load(path)
+    node.pop("defaults", None)
+    return node
+
+
+def task_config(cfg: DictConfig) -> DictConfig:
+    """The embedded default's task with the rehearsal's evaluation set names and sizes."""
+    task = _yaml(TASK_YAML)
+    task.eval_sets = [{"name": str(s.name), "size": int(s.size)} for s in cfg.data.eval_sets]
+    return task
+
+
+def check(cfg: DictConfig) -> None:
+    """Reject, naming the key, what the rehearsal's tiny model and task cannot run (``ValueError``)."""
+    from runners.local.task import build_task
+    from runners.local.tokenizer import build_tokenizer
+
+    model = _yaml(MODEL_YAML)
+    positions = int(model.max_position_embeddings)
+    prompt, response = int(cfg.rollout.max_prompt_length), int(cfg.rollout.max_response_length)
+    task = build_task(task_config(cfg))
+    longest = task.max_prompt_tokens(build_tokenizer())
+    if prompt < longest:
+        raise ValueError(f"rollout.max_prompt_length={prompt} is not allowed on the CPU rehearsal: >= {longest}, "
+                         "the longest prompt of its task (overlong prompts are dropped, and none may be)")
+    if prompt + response > positions:
+        raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: <= "
+                         f"{positions - prompt}, since the tiny model holds {positions} positions "
+                         f"(max_position_embeddings in {MODEL_YAML.name}) and prompts take "
+                         f"rollout.max_prompt_length={prompt}")
+    if (need := task.max_response_tokens()) > response:
+        raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: >= {need}, "
+                         "the longest correct answer of its task")
+    if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
+        raise ValueError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
+                         f"is not allowed on the CPU rehearsal: 1 (the {verl_cpu.ROLLOUT_NAME} rollout is one process)")
+
+
+# -- the assets ---------------------------------------------------------------------------------
+def _assets_request(cfg: DictConfig) -> dict[str, Any]:
+    from runners.local.base_model import read_manifest
+
+    return {"model": {"path": str(Path(str(cfg.model.path)).expanduser().resolve()),
+                      "shipped_sha256": read_manifest()["sha256"]},
+            "data": {"dir": str(Path(str(cfg.data.dir)).expanduser().resolve()),
+                     "train": {"file": str(cfg.data.train.file), "rows": int(cfg.data.train.rows)},
+                     "eval_sets": [{"name": str(s.name), "file": str(s.file), "size": int(s.size)}
+                                   for s in cfg.data.eval_sets],
+                     "task": OmegaConf.to_container(task_config(cfg))}}
+
+
+def _replace_dir(staged: Path, final: Path) -> None:
+    if final.exists():
+        shutil.rmtree(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, final)
+
+
+def write_model(folder: Path) -> None:
+    """The shipped tiny Qwen3 (hash-verified) as an HF folder with its tokenizer and eos."""
+    from runners.local.base_model import load_shipped
+    from runners.local.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = load_shipped(_yaml(MODEL_YAML))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def write_data(cfg: DictConfig, folder: Path) -> None:
+    """Generated arithmetic in the DAPO-Math (train) and AIME (eval) parquet schema, through
+    ``ablations.data``'s own row builders and writer (the same reports beside each file)."""
+    import numpy as np
+
+    from ablations.data.aime import prepare_eval
+    from ablations.data.dapo import prepare_train
+    from ablations.data.sources import write_parquet
+    from runners.local.task import build_task
+    from runners.local.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    task = build_task(task_config(cfg))
+    limit = int(cfg.rollout.max_prompt_length)
+    problems = task.sample_train(np.random.default_rng(int(task.seed)), int(cfg.data.train.rows))
+    source = [{"source_prompt": p.messages, "prompt": p.messages[-1]["content"], "ability": "MATH",
+               "reward_model": {"style": "rule", "ground_truth": p.answer}, "extra_info": {"index": p.problem_id}}
+              for p in problems]
+    rows, report = prepare_train(source, tokenizer, max_prompt_length=limit)
+    write_parquet(rows, folder / str(cfg.data.train.file))
+    reports = {"train": report}
+    for spec, (name, held_out) in zip(cfg.data.eval_sets, task.eval_sets().items(), strict=True):
+        source = [{"id": p.problem_id, "problem": p.messages[-1]["content"], "answer": p.answer} for p in held_out]
+        rows, report = prepare_eval(source, name, tokenizer, max_prompt_length=limit, expected_count=int(spec.size),
+                                    instruction=False)
+        write_parquet(rows, folder / str(spec.file))
+        reports[name] = report
+    (folder / "prep_report.json").write_text(json.dumps(reports, indent=1, default=str) + "\n")
+
+
+def prepare_assets(cfg: DictConfig) -> dict[str, Any]:
+    """Write the rehearsal's model folder (``model.path``) and parquet files (``data.dir``) unless
+    the manifest beside them says they were written from the same request; return the request."""
+    request = _assets_request(cfg)
+    model, data = Path(request["model"]["path"]), Path(request["data"]["dir"])
+    for folder, part, writer in ((model, "model", write_model), (data, "data", lambda f: write_data(cfg, f))):
+        manifest = folder / MANIFEST
+        if manifest.exists() and json.loads(manifest.read_text()) == request[part]:
+            continue
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            writer(staged)
+            (staged / MANIFEST).write_text(json.dumps(request[part], indent=1) + "\n")
+            _replace_dir(staged, folder)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+    return request

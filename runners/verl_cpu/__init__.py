@@ -1,0 +1,43 @@
+"""CPU stand-ins for the GPU-only leaves of verl's V1 ``separate_async`` trainer (the rehearsal).
+
+Everything here goes through verl's own registries; no file of verl is edited:
+
+* :mod:`~runners.verl_cpu.platform` -- platform ``cpu`` in verl's ``PlatformRegistry`` (device
+  ``cpu``, collective backend gloo, Ray resource "GPU" = logical GPUs declared to ``ray.init``),
+  and the one torch-level shim: verl asks ``init_process_group`` for ``"cpu:gloo,cpu:gloo"`` on a
+  CPU, which torch rejects as a duplicate, so it becomes ``"gloo"``;
+* :mod:`~runners.verl_cpu.weight_sync` -- checkpoint engine ``cpu_file`` in verl's
+  ``CheckpointEngineRegistry`` (trainer rank 0 writes the state dict to a file, rollout workers read it);
+* :mod:`~runners.verl_cpu.rollout` -- rollout ``cpu_hf`` in verl's ``RolloutReplicaRegistry``: an
+  HF model on the CPU, token-in/token-out, with the sampled token's log-prob after temperature and,
+  where the rollout config asks for a head (``topk_log_probs``, verl 8718ca30), the top-k ids and
+  log-probs per generated token in the layout 8718ca30's vLLM server returns.
+
+:mod:`~runners.verl_cpu.plugin` is the ``verl.plugins`` entry point: it registers all three only
+when ``VERL_PLATFORM=cpu`` (what the rehearsal and the worker bench set), and does nothing otherwise.
+"""
+
+import os
+from pathlib import Path
+
+#: The value of ``VERL_PLATFORM`` that selects this platform.
+PLATFORM = "cpu"
+#: verl registers its FSDP engine for cuda/npu device names only: the engine is looked up as "cuda".
+ENGINE_DEVICE = "cuda"
+#: Environment that selects the CPU platform in every verl process (driver and Ray actors).
+ENVIRONMENT = {"VERL_PLATFORM": PLATFORM, "VERL_ENGINE_DEVICE": ENGINE_DEVICE}
+ROLLOUT_NAME = "cpu_hf"
+WEIGHT_SYNC_BACKEND = "cpu_file"
+#: Folder of the CPU stand-ins' files in one attempt (the launcher sets it to ``<attempt>/cpu``): the
+#: weight files of ``cpu_file`` and the rollout's sync log (:data:`SYNC_LOG`).
+STATE_DIR_ENV = "SC_ABLATIONS_CPU_STATE_DIR"
+#: One JSON line per weight load of a rollout replica: replica, global_steps, the weights' digest.
+SYNC_LOG = "rollout_syncs.jsonl"
+
+
+def state_dir() -> Path:
+    """The attempt's folder for the CPU stand-ins' files (``$SC_ABLATIONS_CPU_STATE_DIR``)."""
+    folder = os.environ.get(STATE_DIR_ENV)
+    if not folder:
+        raise RuntimeError(f"the CPU platform's weight sync and rollout need ${STATE_DIR_ENV} (a folder)")
+    return Path(folder)
