@@ -54,3 +54,61 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
         proc.wait()
     except ProcessLookupError:
         pass
+
+
+class GroupReaper:
+    """Stops a child's process group if this process dies without doing it (SIGKILL included).
+
+    A watchdog process (``python -m runners.child_process reap PGID``, in a session of its own)
+    blocks on a pipe whose only write end this process holds; the kernel closes that end when this
+    process dies, however it dies, and the watchdog then SIGTERMs the group, and SIGKILLs what is left
+    after ``grace_s``. :meth:`close` (the child ended, or :func:`stop_group` ran) releases it: the
+    watchdog then only stops what the group left behind (verl's Ray agents outlive a killed driver).
+    """
+
+    def __init__(self, pgid: int, grace_s: float = 10.0):
+        import sys
+
+        read_end, self._write_end = os.pipe()
+        try:
+            self.watchdog = subprocess.Popen([sys.executable, "-m", "runners.child_process", "reap", str(pgid),
+                                              str(grace_s)], stdin=read_end, start_new_session=True,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            os.close(read_end)
+
+    def close(self) -> None:
+        if self._write_end is not None:
+            os.close(self._write_end)
+            self._write_end = None
+
+
+def _reap(pgid: int, grace_s: float) -> None:
+    """The watchdog: wait for end of file on stdin, then stop process group ``pgid``."""
+    import sys
+    import time
+
+    while sys.stdin.buffer.read(1 << 16):
+        pass
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["reap"]:
+        _reap(int(sys.argv[2]), float(sys.argv[3]))

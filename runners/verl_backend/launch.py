@@ -11,7 +11,10 @@ once more when verl exits.
 An attempt holds the run folder's lock (``runners.run_lock``; re-entrant, so a launch from
 ``runners/launch.py``, which holds it already, just keeps it): a second launch on the same folder
 fails at once naming the holder. verl inherits the locked descriptor, so the lock lasts as long as
-the verl process, even if the launcher itself is killed.
+the verl process. verl runs in a process group of its own, which a watchdog
+(:class:`runners.child_process.GroupReaper`) stops if the launcher dies, even by SIGKILL: no verl
+driver, Ray or rollout process outlives the launcher, and the same command then resumes (the killed
+attempt is recorded as ``killed``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from runners import run_lock
-from runners.child_process import OutputFollower, stop_group
+from runners.child_process import GroupReaper, OutputFollower, stop_group
 from runners.verl_backend import layout
 from runners.verl_backend import overrides as ovr
 
@@ -115,6 +118,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
                             text=True, bufsize=1,
                             start_new_session=True,  # own process group: an interrupt stops verl and its Ray workers
                             pass_fds=(lock_fd,))  # verl keeps the run folder locked while it lives
+    reaper = GroupReaper(proc.pid)  # verl's own group: stopped even if this launcher is killed
     follower = OutputFollower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name, _STEP)
     follower.start()
     interval = float(cfg.backend.ingest_interval_s)
@@ -127,9 +131,11 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
                 next_ingest = time.monotonic() + interval
     except BaseException:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
         stop_group(proc)
+        reaper.close()
         follower.join(timeout=30)
         _ingest(run_dir, cfg, final=False)
         raise
+    reaper.close()  # and whatever verl's group left behind
     follower.join(timeout=30)
     if proc.returncode == 0:
         _ingest(run_dir, cfg, final=True)

@@ -51,8 +51,9 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     modules = [REGISTRY_MODULE] + ([SC_HOOK_MODULE] if is_score_centering(cfg) else [])
     env = {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), **rev.environment_fixes()}
     if rehearsal.is_rehearsal(cfg):
-        modules.append(rehearsal.PLUGIN_MODULE)
-        env.update(rehearsal.environment(cfg, paths.cpu_state))
+        cpu_env, cpu_modules = rehearsal.environment(cfg, paths.cpu_state)
+        env.update(cpu_env)
+        modules += cpu_modules
     return {**env, "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
 
 

@@ -39,6 +39,7 @@ PLUGIN_MODULE = "runners.verl_cpu.plugin"
 #: (2 cores run a dozen processes), no tokenizer thread pool.
 CPU_THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 MANIFEST = "rehearsal_assets.json"
+RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
 def is_rehearsal(cfg: DictConfig) -> bool:
@@ -47,12 +48,19 @@ def is_rehearsal(cfg: DictConfig) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Swap:
-    """One named CPU stand-in: the verl overrides it sets (key -> value) and the environment it adds."""
+    """One named CPU stand-in: the verl overrides it sets (key -> value), the environment it adds and
+    the modules it adds to ``VERL_USE_EXTERNAL_MODULES``."""
 
     name: str
     why: str
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    modules: tuple[str, ...] = ()
+
+    def keys(self) -> list[str]:
+        """What it sets: verl keys, ``env:NAME`` for the environment (driver and Ray's runtime_env)."""
+        env = [*self.env, *(["VERL_USE_EXTERNAL_MODULES"] if self.modules else [])]
+        return [*self.overrides, *(f"env:{k}" for k in env), *(f"{RUNTIME_ENV}.{k}" for k in env)]
 
 
 def logical_gpus(cfg: DictConfig) -> int:
@@ -70,8 +78,8 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
              {"actor_rollout_ref.model.path": model,
               "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}),
         Swap("platform", "verl's platform `cpu` (runners.verl_cpu.platform): device cpu, gloo collectives; "
-             "verl's FSDP engine is looked up under the cuda device name",
-             env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}),
+             "verl's FSDP engine is looked up under the cuda device name; one thread per process",
+             env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}, modules=(PLUGIN_MODULE,)),
         Swap("rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl_cpu.rollout): "
              "an HF model sampling on the CPU instead of vLLM", {"actor_rollout_ref.rollout.name": verl_cpu.ROLLOUT_NAME,
                                                                "actor_rollout_ref.rollout.dtype": "float32"}),
@@ -103,20 +111,22 @@ def apply(overrides: list[str], cfg: DictConfig, state_dir: Path) -> list[str]:
     return out
 
 
-def environment(cfg: DictConfig, state_dir: Path) -> dict[str, str]:
-    """The environment the swaps add to every verl process."""
+def environment(cfg: DictConfig, state_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """The environment the swaps add to every verl process, and the modules they add to
+    ``VERL_USE_EXTERNAL_MODULES``."""
     env: dict[str, str] = {}
+    modules: list[str] = []
     for swap in swaps(cfg, state_dir):
         env.update(swap.env)
-    return env
+        modules += swap.modules
+    return env, modules
 
 
 def difference(reference: list[str], rehearsal: list[str], reference_env: dict[str, str],
                rehearsal_env: dict[str, str], named: list[Swap]) -> list[dict[str, Any]]:
     """One row per verl key or environment variable whose value differs from the reference launch:
     ``{"key", "reference", "rehearsal", "by"}``, ``by`` the swap that set it, else the experiment's yaml."""
-    owner = {key: s.name for s in named for key in s.overrides}
-    owner.update({f"env:{key}": s.name for s in named for key in s.env})
+    owner = {key: s.name for s in named for key in s.keys()}
 
     def values(items: list[str]) -> dict[str, Any]:
         return {key: value for key, value, _ in map(parse, items)}
@@ -145,8 +155,7 @@ def reference_difference(cfg: DictConfig, paths: Any) -> dict[str, Any]:
     named = swaps(cfg, paths.cpu_state)
     rows = difference(ovr.build_overrides(reference, paths), ovr.build_overrides(cfg, paths),
                       ovr.process_env(reference, paths), ovr.process_env(cfg, paths), named)
-    return {"swaps": [{"name": s.name, "why": s.why, "keys": [*s.overrides, *(f"env:{k}" for k in s.env)]}
-                      for s in named],
+    return {"swaps": [{"name": s.name, "why": s.why, "keys": s.keys()} for s in named],
             "difference": rows}
 
 

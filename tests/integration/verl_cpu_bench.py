@@ -16,11 +16,12 @@ the V1 ``separate_async`` trainer does for one ``update_actor`` call, through ve
 4. writes a JSON report: the loss function the worker resolved, the engine's metrics, an independent
    fp32 reference of the loss from plain forwards, and how much the parameters moved.
 
-The CPU shims (all here, nothing patched inside verl):
+The CPU shims (nothing patched inside verl):
 
-* :class:`PlatformCPU`, registered through verl's own ``PlatformRegistry`` as ``cpu`` and selected
-  with ``VERL_PLATFORM=cpu``: device ``cpu``, communication backend ``gloo``, memory queries 0;
-* ``VERL_ENGINE_DEVICE=cuda``: verl registers its FSDP engine for cuda/npu device names only;
+* the project's CPU platform (:mod:`runners.verl_cpu`, the same as the rehearsal's), registered
+  through verl's own ``PlatformRegistry`` by the ``verl.plugins`` entry point and selected with
+  ``VERL_PLATFORM=cpu``: device ``cpu``, communication backend ``gloo``, memory queries 0;
+  ``VERL_ENGINE_DEVICE=cuda``: verl registers its FSDP engine for cuda/npu device names only;
 * the default process group (gloo, world size 1) is created before the worker, because verl's own
   initialiser asks for ``cpu:gloo,<device>:<backend>``, a duplicate on a CPU;
 * ``checkpoint_engine.backend=naive`` (nccl needs cupy), ``attn_implementation=sdpa`` (no
@@ -36,7 +37,6 @@ them (``score_centering.pad_rollout_topk``: response token r at row ``prompt_len
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
@@ -45,7 +45,6 @@ import socket
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,63 +65,17 @@ CPU_PROJECT_OVERRIDES = ("backend.actor.dtype=float32",)
 
 
 def _environment() -> None:
-    os.environ.setdefault("VERL_PLATFORM", "cpu")
-    os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+    """The CPU platform (``runners.verl_cpu``, registered by its ``verl.plugins`` entry point at
+    ``import verl``) and a world of one process."""
+    from runners import verl_cpu
+
+    for key, value in verl_cpu.ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         os.environ.setdefault("MASTER_PORT", str(s.getsockname()[1]))
-
-
-def register_cpu_platform() -> None:
-    """Register :class:`PlatformCPU` in verl's ``PlatformRegistry`` (before verl resolves its platform)."""
-    import torch
-    from verl.plugin.platform import PlatformBase, PlatformRegistry
-
-    class CpuDeviceModule(types.ModuleType):
-        """``torch.cpu`` plus the accelerator queries verl makes (memory 0, name ``CPU``)."""
-
-        def __getattr__(self, name: str):
-            if hasattr(torch.cpu, name):
-                return getattr(torch.cpu, name)
-            if name == "get_device_name":
-                return lambda *a, **k: "CPU"
-            if name == "mem_get_info":
-                return lambda *a, **k: (0, 0)
-            if name.startswith(("memory_", "max_memory", "reset_", "empty_cache")):
-                return lambda *a, **k: 0
-            raise AttributeError(name)
-
-    module = CpuDeviceModule("verl_cpu_device")
-
-    @PlatformRegistry.register(platform="cpu")
-    class PlatformCPU(PlatformBase):
-        device_name = property(lambda self: "cpu")
-        vendor_name = property(lambda self: "cpu")
-        device_module = property(lambda self: module)
-
-        def is_available(self): return True
-        def is_platform_available(self, use_smi_check=False): return True
-        def current_device(self): return torch.device("cpu")  # verl passes it to .to() / torch.device()
-        def device_count(self): return 1
-        def set_device(self, device_index): pass
-        def synchronize(self, device_index=None): pass
-        def manual_seed(self, seed): torch.manual_seed(seed)
-        def manual_seed_all(self, seed): torch.manual_seed(seed)
-        def set_allocator_settings(self, settings): pass
-        def empty_cache(self): pass
-        def get_device_capability(self, device_index=0): return None, None
-        def communication_backend_name(self): return "gloo"
-        def visible_devices_envvar(self): return "CUDA_VISIBLE_DEVICES"
-        @contextlib.contextmanager
-        def nvtx_range(self, msg): yield
-        def profiler_start(self): pass
-        def profiler_stop(self): pass
-        def ray_resource_name(self): return "CPU"
-        def ray_noset_envvars(self): return []
-        def is_ipc_supported(self): return False
-        def cudart(self): return None
 
 
 def tiny_model(out: Path):
@@ -342,7 +295,6 @@ def _plain(value):
 def run(arm: str, report_path: Path) -> dict:
     start = time.time()
     _environment()
-    register_cpu_platform()
     import torch
     import verl  # noqa: F401 - the project's plug-in registers the arms (entry point)
 

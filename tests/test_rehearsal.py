@@ -1,0 +1,267 @@
+"""The rehearsal's parts up to Ray (the whole run is ``tests/integration/test_rehearsal.py``).
+
+* verl 0.9.1's ``logger.info(..., flush=True)`` at separate_async trainer init: found in the installed
+  source, raises ``TypeError`` under verl's default level, and the reference experiment's own
+  environment (not a rehearsal setting) keeps it quiet;
+* the CPU swaps are named, and the dry-run difference from the reference launch holds only them and
+  the rehearsal's sizes; bad rehearsal settings fail at the launcher before anything is written;
+* the assets: the shipped model as an HF folder, generated data in the DAPO/AIME parquet schema;
+* the stand-ins through verl's registries: the platform only when selected, the file weight sync
+  round trip, and the CPU rollout's log-probs and top-k head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import verl  # noqa: F401 - once per process
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from runners import verl_cpu
+from runners.verl_backend import launch, layout, rehearsal
+from runners.verl_backend import overrides as ovr
+from runners.verl_backend import revisions as rev
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+TRAINER_MODULE = rev.LOGGER_FLUSH.module
+
+
+def config(tmp_path: Path, experiment: str, *extra: str, method: str = "pg") -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"+experiment={experiment}", f"method={method}",
+                                           f"results_root={tmp_path / 'results'}", *extra])
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def run_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.results_root) / cfg.sweep / cfg.run_name
+
+
+# -- the init crash of the reference launch --------------------------------------------------------
+def _log_like_the_trainer(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Import verl's separate_async trainer module in a fresh process with ``env`` and make the call
+    its init makes on the ``hybrid_engine=False`` path."""
+    code = (f"import importlib; m = importlib.import_module({TRAINER_MODULE!r}); "
+            "m.logger.info('hybrid replicas disabled', flush=True); print('survived')")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_installed_verl_has_the_logger_flush_call():
+    lines = rev.logger_calls_with_flush(TRAINER_MODULE)
+    if not lines:
+        pytest.skip(f"the installed verl's {TRAINER_MODULE} no longer calls logger.<level>(..., flush=...)")
+    assert rev.environment_fixes() == rev.LOGGER_FLUSH.env
+
+
+def test_reference_environment_survives_the_call_that_killed_trainer_init(tmp_path):
+    if not rev.LOGGER_FLUSH.present():
+        pytest.skip("the installed verl does not have the defect")
+    base = {k: v for k, v in os.environ.items() if k != "VERL_LOGGING_LEVEL"}
+    broken = _log_like_the_trainer(base)
+    assert broken.returncode != 0 and "unexpected keyword argument 'flush'" in broken.stderr, broken.stderr[-2000:]
+
+    cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
+    spec = launch.build_spec(cfg, run_dir(cfg))
+    assert spec.env["VERL_LOGGING_LEVEL"] == "WARN"  # the driver
+    assert "ray_kwargs.ray_init.runtime_env.env_vars.VERL_LOGGING_LEVEL=WARN" in [o.lstrip("+") for o in spec.overrides]
+    fixed = _log_like_the_trainer({**base, **spec.env})
+    assert fixed.returncode == 0 and "survived" in fixed.stdout, fixed.stderr[-2000:]
+
+
+def test_logger_flush_detection_reads_calls_not_text(tmp_path, monkeypatch):
+    package = tmp_path / "fakeverl"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "quiet.py").write_text("logger.info('flush=True in a string')\nprint('x', flush=True)\n")
+    (package / "loud.py").write_text("logger.info(\n  f'{len(a())} replicas',\n  flush=True,\n)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert rev.logger_calls_with_flush("fakeverl.quiet") == []
+    assert rev.logger_calls_with_flush("fakeverl.loud") == [1]
+    assert rev.logger_calls_with_flush("fakeverl.absent") == []
+
+
+# -- the swaps and the difference from the reference ----------------------------------------------
+def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path):
+    cfg = config(tmp_path, "rehearsal")
+    paths = layout.AttemptPaths(run_dir(cfg), 1)
+    report = rehearsal.reference_difference(cfg, paths)
+    names = [s["name"] for s in report["swaps"]]
+    assert names == ["model", "platform", "rollout", "weight sync", "logical GPUs", "sizes"]
+    rows = {r["key"]: r for r in report["difference"]}
+    assert rows["actor_rollout_ref.rollout.name"]["rehearsal"] == verl_cpu.ROLLOUT_NAME
+    assert rows["actor_rollout_ref.rollout.name"]["by"] == "rollout"
+    assert rows["actor_rollout_ref.rollout.checkpoint_engine.backend"]["rehearsal"] == verl_cpu.WEIGHT_SYNC_BACKEND
+    assert rows["env:VERL_PLATFORM"]["rehearsal"] == "cpu"
+    assert rows["ray_kwargs.ray_init.num_gpus"]["rehearsal"] == 2  # 1 trainer + 1 rollout logical GPU
+    assert "env:VERL_LOGGING_LEVEL" not in rows  # the fix is the reference's own environment
+    swapped = {k for s in report["swaps"] for k in s["keys"]}
+    by_yaml = {k for k, r in rows.items() if r["by"] == "conf/experiment/rehearsal.yaml"}
+    assert set(rows) == {k for k in rows if k in swapped} | by_yaml
+    assert not any(k.startswith("env:") for k in by_yaml)  # the environment differs only by the swaps
+    # the loss, the advantage estimator and bypass mode are the reference experiment's
+    for key in ("actor_rollout_ref.actor.policy_loss.loss_mode", "algorithm.adv_estimator",
+                f"{rev.DRIVER_RC}.bypass_mode", "actor_rollout_ref.hybrid_engine", "trainer.v1.trainer_mode"):
+        assert key not in rows
+    text = rehearsal.difference_text(report)
+    assert "[rollout]" in text and "conf/experiment/rehearsal.yaml" in text
+
+
+def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
+    cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
+    paths = layout.AttemptPaths(run_dir(cfg), 1)
+    text = "\n".join(ovr.build_overrides(cfg, paths))
+    assert verl_cpu.ROLLOUT_NAME not in text and "VERL_PLATFORM" not in text and rehearsal.PLUGIN_MODULE not in text
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("rollout.max_response_length=100", "rollout.max_response_length"),
+    ("rollout.max_prompt_length=8", "rollout.max_prompt_length"),
+    ("rollout.max_response_length=4", "rollout.max_response_length"),
+    ("backend.placement.rollout_tensor_parallel=2", "backend.placement.rollout_tensor_parallel"),
+    ("backend.platform=tpu", "backend.platform"),
+])
+def test_bad_rehearsal_settings_fail_at_the_launcher_before_anything_is_written(tmp_path, override, key):
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=pg",
+                           f"results_root={results}", override], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("config error:") and key in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not results.exists()
+
+
+# -- the assets -------------------------------------------------------------------------------------
+def test_assets_are_the_shipped_model_and_parquet_sets_in_the_reference_schema(tmp_path):
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from runners.local.base_model import load_shipped
+
+    cfg = config(tmp_path, "rehearsal")
+    request = rehearsal.prepare_assets(cfg)
+    model_dir, data_dir = Path(request["model"]["path"]), Path(request["data"]["dir"])
+    hf = AutoModelForCausalLM.from_pretrained(model_dir)
+    shipped = load_shipped(rehearsal._yaml(rehearsal.MODEL_YAML))
+    for (name, a), b in zip(hf.state_dict().items(), shipped.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert hf.generation_config.eos_token_id == tokenizer.eos_token_id
+
+    train = pq.read_table(data_dir / cfg.data.train.file).to_pylist()
+    assert len(train) == cfg.data.train.rows
+    assert {r["data_source"] for r in train} == {"math_dapo"}
+    assert set(train[0]) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
+    for spec in cfg.data.eval_sets:
+        rows = pq.read_table(data_dir / spec.file).to_pylist()
+        assert len(rows) == spec.size and {r["data_source"] for r in rows} == {spec.name}
+        assert all(r["extra_info"]["problem_id"].startswith(f"{spec.name}-") for r in rows)
+    train_problems = {r["prompt"][0]["content"] for r in train}
+    held_out = {r["prompt"][0]["content"] for s in cfg.data.eval_sets for r in pq.read_table(data_dir / s.file).to_pylist()}
+    assert not train_problems & held_out
+
+    stamp = (model_dir / rehearsal.MANIFEST).stat().st_mtime_ns
+    rehearsal.prepare_assets(cfg)  # same request: nothing rewritten
+    assert (model_dir / rehearsal.MANIFEST).stat().st_mtime_ns == stamp
+
+
+# -- the stand-ins through verl's registries ---------------------------------------------------------
+def _registered(env: dict[str, str]) -> dict:
+    code = ("import json, verl; from verl.plugin.platform import PlatformRegistry as P; "
+            "from verl.checkpoint_engine.base import CheckpointEngineRegistry as C; "
+            "from verl.workers.rollout.replica import RolloutReplicaRegistry as R; "
+            "print(json.dumps({'platform': 'cpu' in P._platforms, 'sync': 'cpu_file' in C._registry, "
+            "'rollout': 'cpu_hf' in R._registry}))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_entry_point_registers_the_cpu_platform_only_when_selected():
+    base = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES")}
+    assert _registered(base) == {"platform": False, "sync": False, "rollout": False}
+    assert _registered({**base, **verl_cpu.ENVIRONMENT}) == {"platform": True, "sync": True, "rollout": True}
+
+
+def test_gloo_backend_string():
+    from runners.verl_cpu.platform import gloo_backend
+
+    assert gloo_backend("cpu:gloo,cpu:gloo") == "gloo"
+    assert gloo_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
+    assert gloo_backend(None) is None
+
+
+def test_file_weight_sync_round_trip(tmp_path, monkeypatch):
+    from runners.verl_cpu.weight_sync import CpuFileCheckpointEngine
+
+    monkeypatch.setenv(verl_cpu.STATE_DIR_ENV, str(tmp_path))
+    sender, receiver = CpuFileCheckpointEngine(1, is_master=True), CpuFileCheckpointEngine(1)
+    actor, rollout = CpuFileCheckpointEngine.build_topology(1, 1, [sender.prepare(), receiver.prepare()])
+    sender.init_process_group(rank=actor["rank"][0], path=actor["path"][0])
+    receiver.init_process_group(rank=rollout["rank"][0], path=rollout["path"][0])
+    weights = {"a": torch.arange(6.0).reshape(2, 3), "b": torch.ones(4)}
+
+    async def sync():
+        await sender.send_weights(iter(weights.items()))
+        return {name: t async for name, t in receiver.receive_weights()}
+
+    got = asyncio.run(sync())
+    assert got.keys() == weights.keys() and all(torch.equal(got[k], weights[k]) for k in weights)
+    sender.finalize()
+    assert not list(tmp_path.glob("weights-*")), "the master removes the file once every receiver has read it"
+
+
+@pytest.fixture(scope="module")
+def cpu_server(tmp_path_factory):
+    from runners.verl_cpu.rollout import CpuHFServer
+
+    folder = tmp_path_factory.mktemp("model")
+    rehearsal.write_model(folder)
+    config = types.SimpleNamespace(seed=0, response_length=8, topk_log_probs=5)
+    return CpuHFServer(config, {"path": str(folder)}, replica_rank=0)
+
+
+def test_cpu_rollout_log_probs_and_head_are_the_processed_distribution(cpu_server):
+    from runners.local.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "12+34=? \\boxed{}"}], tokenize=True,
+                                           add_generation_prompt=True)
+    prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+    temperature = 0.7
+    out = asyncio.run(cpu_server.generate(prompt, {"temperature": temperature, "top_p": 1.0, "top_k": -1,
+                                                   "logprobs": True, "max_tokens": 8}, "r0"))
+    n = len(out.token_ids)
+    assert 1 <= n <= 8 and len(out.log_probs) == n
+    ids, head = out.extra_fields["response_topk_ids"], out.extra_fields["response_topk_log_probs"]
+    assert ids.shape == (n, 5) and head.shape == (n, 5)
+    assert str(ids.dtype) == "int32" and str(head.dtype) == "float32"
+    with torch.no_grad():
+        logits = cpu_server.model(torch.tensor([prompt + out.token_ids])).logits[0].float()
+    expected = torch.log_softmax(logits[len(prompt) - 1: len(prompt) - 1 + n] / temperature, -1)
+    sampled = expected.gather(-1, torch.tensor(out.token_ids).unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(torch.tensor(out.log_probs), sampled, atol=1e-4)
+    top = expected.topk(5)
+    assert torch.allclose(torch.from_numpy(head), top.values, atol=1e-4)
+    assert (torch.from_numpy(ids).long() == top.indices).all()
+    assert out.extra_fields["global_steps"] is None  # no weights synced yet
+
+
+def test_cpu_rollout_without_a_head_key_returns_none(cpu_server):
+    cpu_server.head_size = 0  # verl 0.9.1's rollout config has no topk_log_probs
+    try:
+        out = asyncio.run(cpu_server.generate([1, 4, 7], {"temperature": 1.0, "logprobs": False, "max_tokens": 3}, "r1"))
+    finally:
+        cpu_server.head_size = 5
+    assert out.log_probs is None and "response_topk_ids" not in out.extra_fields
