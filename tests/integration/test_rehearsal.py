@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,10 @@ MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal
 
 
 def ray_processes() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in out if any(w in line for w in ("raylet", "gcs_server", "ray::"))]
+    """Live Ray processes on this machine (zombies, already dead, are not counted)."""
+    out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    return [line for line in out if line.split(None, 2)[1][:1] != "Z"
+            and any(w in line for w in ("raylet", "gcs_server", "ray::"))]
 
 
 def launch(results: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -99,4 +102,43 @@ def test_sampler_weight_version_follows_the_trainer(sweep, arm):
 
 
 def test_no_ray_process_survives(sweep):
+    assert ray_processes() == []
+
+
+def _syncs(run: Path, attempt: int) -> int:
+    path = run / "verl" / f"attempt-{attempt:03d}" / "cpu" / verl_cpu.SYNC_LOG
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
+    """PG extended to 15 steps (room to be killed mid-run): a second launch on the busy folder stops at once; SIGKILL of the
+    launcher after the attempt's first training step leaves no Ray process; the same command then
+    finishes the run, with the killed attempt recorded as killed."""
+    run = sweep / "pg-seed42"
+    results = sweep.parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=pg", "seed=42",
+           f"results_root={results}", "trainer.total_steps=15"]
+    first = subprocess.Popen(cmd, cwd=results.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 900
+    while _syncs(run, 3) < 2:  # the start-up sync and the one after its first step
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-3000:]
+        time.sleep(1)
+    busy = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert busy.returncode == 3 and busy.stderr.startswith("run folder busy:"), busy.stderr[-2000:]
+    first.kill()
+    first.wait()
+    deadline = time.monotonic() + 60
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert ray_processes() == [], "Ray processes outlived the killed launcher"
+
+    again = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, again.stderr[-6000:]
+    record = json.loads((run / "metrics.json").read_text())
+    statuses = [a["status"] for a in record["run"]["attempts"]]
+    assert statuses == ["finished", "finished", "killed", "finished"], record["run"]["attempts"]
+    assert record["run"]["status"] == "finished" and record["run"]["last_step"] == 15
+    assert [r["step"] for r in record["train"]] == list(range(1, 16))
+    assert contract.check_run_dir(run) == []
     assert ray_processes() == []
