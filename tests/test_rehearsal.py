@@ -124,6 +124,14 @@ def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
     assert verl_cpu.ROLLOUT_NAME not in text and "VERL_PLATFORM" not in text and rehearsal.PLUGIN_MODULE not in text
 
 
+def _launch_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    """``python runners/launch.py ARGV``'s exit status and stderr, through the launcher's own ``cli``."""
+    from runners import launch as launcher
+
+    status = launcher.cli(argv)
+    return status, capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("override", "key"), [
     ("rollout.max_response_length=100", "rollout.max_response_length"),
     ("rollout.max_prompt_length=8", "rollout.max_prompt_length"),
@@ -131,14 +139,11 @@ def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
     ("backend.placement.rollout_tensor_parallel=2", "backend.placement.rollout_tensor_parallel"),
     ("backend.platform=tpu", "backend.platform"),
 ])
-def test_bad_rehearsal_settings_fail_at_the_launcher_before_anything_is_written(tmp_path, override, key):
+def test_bad_rehearsal_settings_fail_at_the_launcher_before_anything_is_written(tmp_path, capsys, override, key):
     results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=pg",
-                           f"results_root={results}", override], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.startswith("config error:") and key in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr
+    status, err = _launch_in_process(["+experiment=rehearsal", "method=pg", f"results_root={results}", override], capsys)
+    assert status == 2, err
+    assert err.startswith("config error:") and key in err, err
     assert not results.exists()
 
 
@@ -265,3 +270,13 @@ def test_cpu_rollout_without_a_head_key_returns_none(cpu_server):
     finally:
         cpu_server.head_size = 5
     assert out.log_probs is None and "response_topk_ids" not in out.extra_fields
+
+
+def test_sc_arm_stops_before_anything_starts_on_verl_without_score_centering(tmp_path, capsys):
+    if rev.supported():
+        pytest.skip("the installed verl supports score centering: the SC arms run (tests/integration)")
+    results = tmp_path / "results"
+    status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", f"results_root={results}"], capsys)
+    assert status == 2, err
+    assert rev.REQUIRED_COMMIT_SHORT in err and rev.INSTALL_COMMAND in err
+    assert not results.exists()

@@ -30,11 +30,24 @@ ARMS = ("pg", "tis")
 MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal keeps
 
 
+#: The results root of this module's launches: every process of theirs has it in its environment
+#: (VERL_FILE_LOGGER_PATH, which Ray's processes inherit from the verl driver or its runtime_env).
+RESULTS: list[Path] = []
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or not ours to read
+        return b""
+
+
 def ray_processes() -> list[str]:
-    """Live Ray processes on this machine (zombies, already dead, are not counted)."""
+    """Live Ray processes of this module's launches (zombies, already dead, are not counted)."""
     out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()[1:]
-    return [line for line in out if line.split(None, 2)[1][:1] != "Z"
-            and any(w in line for w in ("raylet", "gcs_server", "ray::"))]
+    rows = (line.split(None, 2) for line in out)
+    return [args for pid, stat, args in rows if stat[:1] != "Z" and any(w in args for w in ("raylet", "gcs_server", "ray::"))
+            and any(str(root).encode() in _environ(int(pid)) for root in RESULTS)]
 
 
 def launch(results: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -46,10 +59,9 @@ def launch(results: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
-    if ray_processes():
-        pytest.skip("a Ray cluster is already running on this machine; the test counts Ray processes")
     root = tmp_path_factory.mktemp("rehearsal")
     results = root / "results"
+    RESULTS.append(results)
     for steps in (3, 5):
         proc = launch(results, f"trainer.total_steps={steps}")
         assert proc.returncode == 0, f"rehearsal to step {steps} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
