@@ -26,7 +26,6 @@ import pandas as pd
 
 from analysis.load import Sweep, SweepError
 from analysis.seeds import diff_two_level, mean_two_level
-from analysis.selection import best_steps
 from analysis.stats import (
     N_FLIP,
     SEED,
@@ -36,6 +35,7 @@ from analysis.stats import (
     sign_flip_pvalue,
     stratified_weights,
 )
+from runners.checkpoint_selection import best_steps
 
 AVG = "avg"
 ALPHA = 0.05

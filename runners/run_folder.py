@@ -10,7 +10,7 @@
 - ``reuse_empty``: a different config, but the folder holds no completed step (no train row in
   ``metrics.json``, no checkpoint, no verl metrics, no export): a start that died before its first
   step, e.g. in the warm start. The run starts afresh there;
-- anything else raises :class:`~runners.validate.ConfigError` naming the keys that differ; nothing
+- anything else raises :class:`~runners.config_error.ConfigError` naming the keys that differ; nothing
   is changed.
 
 :func:`prepare` (called by the launcher while it holds the folder's lock, before writing
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from runners.config_error import ConfigError
 from runners.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
 from runners.run_record import remove_stale_temp_files
 
@@ -78,8 +79,6 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
 
 def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
     """``new``, ``resume``, ``extend`` or ``reuse_empty`` (see the module docstring); else ConfigError."""
-    from runners.validate import ConfigError
-
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         return "new"

@@ -22,6 +22,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from runners import schema
+from runners.config_error import ConfigError
+from runners.run_folder import plan
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Keys that may change between attempts of one run without making it a different run.
@@ -30,10 +32,6 @@ RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run"})
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 #: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.
 SCENARIO_BACKENDS = ("local",)
-
-
-class ConfigError(ValueError):
-    """A config that cannot work."""
 
 
 def known_methods() -> list[str]:
@@ -163,8 +161,6 @@ def check_override_keys(overrides: list[str], compose: Callable[[list[str]], Dic
 def check_existing_config(run_dir: Path, config_yaml: str) -> str:
     """What a launch may do with ``run_dir`` (``runners.run_folder.plan``): ``new``, ``resume``,
     ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises."""
-    from runners.run_folder import plan
-
     return plan(run_dir, config_yaml, RESUME_INSENSITIVE_KEYS)
 
 

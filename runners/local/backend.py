@@ -33,7 +33,8 @@ from runners.local.parallel import check_parallel_threads
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
-from runners.local.task import build_task, prompt_token_ids
+from runners.local.task import prompt_token_ids
+from runners.local.tasks import build_task
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.provenance import versions
 from runners.run_record import RunRecord
@@ -66,7 +67,7 @@ class LocalRun:
     """The state of one embedded run, and its step loop."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, config_sha256: str):
-        from runners.local.base_model import load_base_model_for
+        from runners.local.base_checkpoint import load_base_model_for
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
         torch.set_num_threads(cfg.backend.threads)
