@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,8 +166,12 @@ def check_existing_config(run_dir: Path, config_yaml: str) -> str:
 
 
 def check_results_root(run_dir: Path) -> None:
-    """The run folder and its lock file (``runners.run_lock``, in the folder's parent) can be
-    written: for each, the nearest existing ancestor is a writable folder."""
+    """The run folder and its lock file (``runners.run_lock``, in the folder's parent) can be created:
+    for each, the nearest existing ancestor is a folder in which a folder can be made.
+
+    Permission bits alone do not tell (root passes ``os.access`` on ``/proc`` or a read-only mount), so
+    the check makes an empty probe folder there and removes it at once; nothing stays behind.
+    """
     for target in (Path(run_dir).parent, Path(run_dir)):
         ancestor = target
         while not ancestor.exists():
@@ -176,9 +181,21 @@ def check_results_root(run_dir: Path) -> None:
         elif not os.access(ancestor, os.W_OK | os.X_OK):
             reason = f"{ancestor} is not writable"
         else:
-            continue
+            reason = _cannot_make_folder_in(ancestor)
+            if reason is None:
+                continue
         raise ConfigError(f"results_root: cannot create the run folder {run_dir}: {reason}; "
                           "set results_root=<a writable folder>")
+
+
+def _cannot_make_folder_in(folder: Path) -> str | None:
+    """Why no folder can be made in ``folder`` (an empty probe folder, removed at once), or None."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".results-root-probe-", dir=folder)
+    except OSError as err:
+        return f"no folder can be made in {folder} ({err.strerror})"
+    os.rmdir(probe)
+    return None
 
 
 def backend_module(cfg: DictConfig):

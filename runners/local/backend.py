@@ -27,9 +27,10 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from runners.config_error import ConfigError
 from runners.local.checkpoint import load_latest, save_checkpoint
 from runners.local.evaluate import evaluate, val_file
-from runners.local.parallel import check_parallel_threads
+from runners.local.parallel import check_parallel_threads, threads_warning
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
@@ -52,6 +53,13 @@ def validate(cfg: DictConfig) -> None:
     task = build_task(cfg.data)  # validates the data group
     from runners.local.tokenizer import build_tokenizer
 
+    vocab_size = len(build_tokenizer())  # the model's vocabulary (runners/local/model.py builds it so)
+    if cfg.method.top_k > vocab_size:
+        raise ConfigError(
+            f"method.top_k={cfg.method.top_k} is larger than the vocabulary of model={cfg.model.name} "
+            f"({vocab_size} tokens, runners/local/tokenizer.py): the sampler's head cannot hold more ids than "
+            f"there are; allowed: 1 <= method.top_k <= {vocab_size}"
+        )
     prompt_tokens = task.max_prompt_tokens(build_tokenizer())
     if r.max_prompt_length < prompt_tokens:
         raise ValueError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
@@ -244,5 +252,13 @@ def _val_summary(row: dict) -> str:
 
 
 def run(cfg: DictConfig, run_dir: Path, config_sha256: str) -> None:
-    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint)."""
+    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint).
+
+    ``backend.threads`` above this machine's cores is warned about (console and ``run.log``), not
+    refused: the value is part of the run's config, so refusing it would make a run started on a
+    larger machine impossible to resume on a smaller one; it only costs speed there.
+    """
+    warning = threads_warning(cfg)
+    if warning is not None:
+        log.warning(warning)
     LocalRun(cfg, run_dir, config_sha256).run()
