@@ -179,7 +179,7 @@ class LocalRun:
 
     def train_step(self) -> dict:
         cfg = self.cfg
-        t_start = time.perf_counter()
+        t_start, cpu_start = time.perf_counter(), time.process_time()
         groups, evicted = self.next_batch()
         t_gen = time.perf_counter() - t_start
         batch = make_batch(groups, self.step, self.pad_id)
@@ -205,6 +205,7 @@ class LocalRun:
             "timing_s/gen": t_gen,
             "timing_s/update_actor": t_update,
             "timing_s/step": time.perf_counter() - t_start,
+            "timing_s/step_cpu": time.process_time() - cpu_start,  # all threads of this process
         }
         return row
 
