@@ -36,6 +36,7 @@ from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
 from runners.local.task import prompt_token_ids
 from runners.local.tasks import build_task
+from runners.local.trackers import RunTracker, check_loggers
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.provenance import versions
 from runners.run_record import RunRecord
@@ -48,6 +49,7 @@ def validate(cfg: DictConfig) -> None:
     and the cross-field rules first); each error names the key and the allowed values."""
     r = cfg.rollout
     check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
+    check_loggers(list(cfg.backend.logger))  # verl's tracker names, their packages installed
     if cfg.backend.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
     task = build_task(cfg.data)  # validates the data group
@@ -96,6 +98,7 @@ class LocalRun:
         self.schedule_gen = torch.Generator().manual_seed(cfg.seed + 3)  # the sampler's throughput (schedule.py)
         self.credit = 0.0
         self.step = 0
+        self.tracker: RunTracker | None = None  # opened by run()
         self.record = RunRecord.open(
             self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="local",
             total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=versions(),
@@ -175,7 +178,10 @@ class LocalRun:
     # -- the loop ---------------------------------------------------------------------------
     def evaluate(self) -> None:
         self.eval_sampler.sync(self.trainer.model, self.step, torch.Generator().manual_seed(self.step))
-        self.record.add_val(evaluate(self.eval_sampler, self.task, self.cfg, self.step, self.run_dir))
+        row = evaluate(self.eval_sampler, self.task, self.cfg, self.step, self.run_dir)
+        self.record.add_val(row)
+        if self.tracker is not None:
+            self.tracker.log(row)
 
     def train_step(self) -> dict:
         cfg = self.cfg
@@ -216,6 +222,7 @@ class LocalRun:
             if int(stale.stem.split("_")[1]) > self.step:  # written by a killed attempt after its last checkpoint
                 stale.unlink()
         self.record.start_attempt(self.step)
+        self.tracker = RunTracker(cfg, self.run_dir)  # backend.logger; metrics.json stays the record
         try:
             if self.step == 0 or not val_file(self.run_dir, 0).exists():
                 self.evaluate()
@@ -224,6 +231,7 @@ class LocalRun:
             while self.step < total:
                 row = self.train_step()
                 self.record.add_train(row)
+                self.tracker.log(row)
                 if self.step % cfg.trainer.test_freq == 0 or self.step == total:
                     self.evaluate()
                 self.record.save()  # before the checkpoint: a resume never lacks a checkpointed step
@@ -240,8 +248,10 @@ class LocalRun:
             bar.close()
         except BaseException:
             self.record.end_attempt("failed")
+            self.tracker.finish(failed=True)
             raise
         self.record.end_attempt("finished")
+        self.tracker.finish()
         val = self.record.data["val"]
         log.info("finished: val at step 0 %s, at step %d %s (one run, seed %d: a single seed; compare arms "
                  "over seeds with python -m analysis)", _val_summary(val[0]), val[-1]["step"], _val_summary(val[-1]),
