@@ -11,7 +11,9 @@ What is checked (schema_version 1):
   ``schema_version == 1`` and the ``run``/``train``/``val`` sections.
 - ``run``: ``name``, ``method``, ``backend``, ``config_sha256`` strings; ``seed``, ``total_steps``,
   ``last_step`` integers; ``status`` in running/finished/failed; ``versions`` a mapping of strings;
-  ``last_step`` equals the last train step; a finished run trained ``total_steps`` steps.
+  ``last_step`` equals the last train step; a finished run trained ``total_steps`` steps;
+  ``config_sha256`` is the sha256 of ``config.yaml`` (else ``config.yaml`` was edited after the run
+  wrote it: ``runners.run_record.config_edited``).
 - ``attempts``: a list (non-empty once there are train rows) of objects with ISO-8601
   ``started``, ``ended`` (ISO-8601 or null, null only for the last attempt), integer
   ``start_step``, ``end_step`` (integer >= ``start_step`` or null) and ``status``; a run that is
@@ -76,6 +78,7 @@ from runners.run_contract import (  # noqa: F401 - the contract's names, re-expo
     val_file_name,
     val_metric_names,
 )
+from runners.run_record import config_edited
 from runners.schema import ArmTraits, arm_traits
 
 ACC_TOLERANCE = 1e-6
@@ -502,6 +505,9 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
     method = run.get("method") if isinstance(run, dict) and isinstance(run.get("method"), str) else None
     steps = _check_train(train, method, run_traits(run_dir), mpath, issues)
     _check_run_section(run, steps, mpath, issues)
+    edited = config_edited(run_dir)
+    if edited is not None:
+        issues.add(run_dir / CONFIG_FILE, edited)
     last_train = max(steps) if steps else 0
     rows = _check_val_rows(val, last_train, mpath, issues)
 

@@ -159,20 +159,6 @@ def _p(p: float, eq: bool = False) -> str:
     return f"= {p:.3f}" if eq else f"{p:.3f}"
 
 
-def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA, seed_variance: bool = True) -> str:
-    """``distinguishable`` if p < alpha and the interval excludes 0; ``borderline`` if only one
-    of the two holds; ``within noise`` otherwise. Without between-seed variance
-    (``seed_variance=False``: a single seed in an arm) always :data:`analysis.tables.SINGLE_SEED`."""
-    if not seed_variance:
-        return SINGLE_SEED
-    significant, excludes = p < alpha, lo > 0 or hi < 0
-    if significant and excludes:
-        return "distinguishable"
-    if significant or excludes:
-        return "borderline"
-    return "within noise"
-
-
 def _run_cell(sweep: Sweep, run: str) -> str:
     if run in sweep.runs.index and sweep.runs.at[run, "in_progress"]:
         return f"{run} †"
@@ -282,7 +268,7 @@ def _paired_section(report: Report) -> list[str]:
         p = paired[paired["checkpoint"] == label]
         rows, dist = [], []
         for r in p.itertuples(index=False):
-            v = verdict(r.p_value, r.ci_low, r.ci_high, seed_variance=bool(r.seed_variance))
+            v = r.verdict
             rows.append([f"{r.method_a} − {r.method_b}", r.data_source, f"{r.seeds_a} / {r.seeds_b}",
                          f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", _p(r.p_value), str(r.n_problems),
                          "t" if r.seed_variance else "bootstrap", "yes" if r.seed_variance else "no", v])

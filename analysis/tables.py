@@ -26,7 +26,6 @@ import pandas as pd
 
 from analysis.load import Sweep, SweepError
 from analysis.seeds import diff_two_level, mean_two_level
-from analysis.selection import best_steps
 from analysis.stats import (
     N_FLIP,
     SEED,
@@ -36,6 +35,7 @@ from analysis.stats import (
     sign_flip_pvalue,
     stratified_weights,
 )
+from runners.checkpoint_selection import best_steps
 
 AVG = "avg"
 ALPHA = 0.05
@@ -45,7 +45,7 @@ PROBLEM_LEVEL = "bootstrap over problems"
 COMPARISON_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "k", "n_problems",
                       "mean_at_k", "se", "ci_low", "ci_high", "n_seeds", "interval"]
 PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "ci_low", "ci_high", "p_value",
-                  "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant"]
+                  "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant", "verdict"]
 RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
 CHECKPOINT_NOTES = {
@@ -186,7 +186,8 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
     ``test`` = :data:`TWO_LEVEL`, ``seed_variance`` True, ``significant`` = p < ``alpha``.
     Otherwise: problem-level se, paired (stratified for ``avg``) percentile bootstrap interval and
     two-sided sign-flip p-value (:func:`analysis.stats.sign_flip_pvalue`), ``df`` NaN, ``test`` =
-    :data:`SINGLE_SEED`, ``seed_variance`` and ``significant`` False. Columns :data:`PAIRED_COLUMNS`.
+    :data:`SINGLE_SEED`, ``seed_variance`` and ``significant`` False. Last, ``verdict``
+    (:func:`paired_verdicts`). Columns :data:`PAIRED_COLUMNS`.
     """
     resampler = resampler or Resampler()
     labels, sizes = set_labels(sweep), set_sizes(sweep)
@@ -219,7 +220,29 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
                              "ci_high": summ["ci_high"][j], "p_value": p, "n_problems": sizes[j],
                              "se": summ["se"][j], "df": np.nan, "test": SINGLE_SEED, "seed_variance": False,
                              "significant": False})
-    return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
+    paired = pd.DataFrame(rows, columns=[c for c in PAIRED_COLUMNS if c != "verdict"])
+    return paired.assign(verdict=paired_verdicts(paired, alpha))
+
+
+def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA, seed_variance: bool = True) -> str:
+    """``distinguishable`` if p < alpha and the interval excludes 0; ``borderline`` if only one
+    of the two holds; ``within noise`` otherwise. Without between-seed variance
+    (``seed_variance=False``: a single seed in an arm) always :data:`SINGLE_SEED`."""
+    if not seed_variance:
+        return SINGLE_SEED
+    significant, excludes = p < alpha, lo > 0 or hi < 0
+    if significant and excludes:
+        return "distinguishable"
+    if significant or excludes:
+        return "borderline"
+    return "within noise"
+
+
+def paired_verdicts(paired: pd.DataFrame, alpha: float = ALPHA) -> list[str]:
+    """The ``verdict`` column of :func:`paired_table`: :func:`verdict` of each row (the one place it is
+    computed; ``comparison.md`` and the notebook read the column)."""
+    return [verdict(r.p_value, r.ci_low, r.ci_high, alpha, seed_variance=bool(r.seed_variance))
+            for r in paired.itertuples(index=False)]
 
 
 def passk_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best"),

@@ -208,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    from runners.local.base_model import load_base_model_for
-    from runners.local.task import build_task
+    from runners.local.base_checkpoint import load_base_model_for
+    from runners.local.tasks import build_task
     from runners.local.trainer import actor_config
 
     torch.set_num_threads(args.threads)

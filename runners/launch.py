@@ -34,7 +34,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runners import run_folder, run_lock
 from runners.provenance import config_sha256
-from runners.run_record import atomic_write_text
 from runners.validate import (
     CONF_DIR,
     ConfigError,
@@ -116,7 +115,7 @@ def main(cfg: DictConfig) -> None:
         kind = validate(cfg, config_yaml)  # again, under the lock: the folder may have changed since
         run_dir.mkdir(parents=True, exist_ok=True)
         run_folder.prepare(run_dir, kind, config_yaml)
-        atomic_write_text(run_dir / "config.yaml", config_yaml)
+        run_folder.write_config(run_dir, config_yaml)
         log.info("run %s (%s backend) in %s", cfg.run_name, cfg.backend.name, run_dir)
         backend_module(cfg).run(cfg, run_dir, config_sha256(config_yaml))
 

@@ -10,8 +10,12 @@
 - ``reuse_empty``: a different config, but the folder holds no completed step (no train row in
   ``metrics.json``, no checkpoint, no verl metrics, no export): a start that died before its first
   step, e.g. in the warm start. The run starts afresh there;
-- anything else raises :class:`~runners.validate.ConfigError` naming the keys that differ; nothing
+- anything else raises :class:`~runners.config_error.ConfigError` naming the keys that differ; nothing
   is changed.
+
+Before comparing, a folder holding completed steps must hold the ``config.yaml`` its run wrote: one
+whose sha256 is not the ``config_sha256`` that ``metrics.json`` records was edited afterwards, and
+the launch is refused naming the file (``runners.run_record.config_edited``), whatever it asks for.
 
 :func:`prepare` (called by the launcher while it holds the folder's lock, before writing
 ``config.yaml``) removes the temporary files interrupted atomic writes left in the folder, in
@@ -32,8 +36,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from runners.config_error import ConfigError
+from runners.provenance import config_sha256
 from runners.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
-from runners.run_record import remove_stale_temp_files
+from runners.run_record import atomic_write_text, config_edited, record_config_sha256, remove_stale_temp_files
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +84,20 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
 
 def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
     """``new``, ``resume``, ``extend`` or ``reuse_empty`` (see the module docstring); else ConfigError."""
-    from runners.validate import ConfigError
-
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         return "new"
+    edited = config_edited(run_dir)
+    evidence = completed_steps_evidence(run_dir)
+    if edited is not None and evidence is not None:
+        raise ConfigError(f"{path}: {edited}. The record is what ran: restore {CONFIG_FILE} to the config the run was "
+                          "launched with, or move the folder away; nothing was changed.")
     old = _flatten(OmegaConf.to_container(OmegaConf.load(path)))
     new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     differ = sorted(k for k in old.keys() | new.keys()
                     if k not in insensitive and old.get(k, "<absent>") != new.get(k, "<absent>"))
     if not differ:
         return "resume"
-    evidence = completed_steps_evidence(run_dir)
     if evidence is None:
         return "reuse_empty"
     if differ == [EXTENSIBLE_KEY]:
@@ -131,3 +139,12 @@ def prepare(run_dir: Path, kind: str, config_yaml: str) -> None:
         after = OmegaConf.select(OmegaConf.create(config_yaml), EXTENSIBLE_KEY)
         log.info("extending the run in %s: %s %s -> %s; it continues from its newest checkpoint as a new "
                  "attempt", run_dir, EXTENSIBLE_KEY, before, after)
+
+
+def write_config(run_dir: Path, config_yaml: str) -> None:
+    """Write ``config.yaml`` for the launch, first setting the record's ``config_sha256`` to its hash when
+    the folder holds a record of another text (an extension): the record and the file stay in step,
+    so :func:`plan` can tell a hand edit (``runners.run_record.config_edited``) from a launch's own write.
+    Call it only while holding the folder's lock."""
+    record_config_sha256(run_dir, config_sha256(config_yaml))
+    atomic_write_text(Path(run_dir) / CONFIG_FILE, config_yaml)

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from runners.run_contract import METRICS_FILE, SCHEMA_VERSION, new_record
+from runners.provenance import config_sha256
+from runners.run_contract import CONFIG_FILE, METRICS_FILE, SCHEMA_VERSION, new_record
 
 log = logging.getLogger(__name__)
 
@@ -211,3 +212,48 @@ class RunRecord:
 
     def save(self) -> None:
         atomic_write_text(self.path, json.dumps(self.data, indent=1, allow_nan=False) + "\n")
+
+
+# -- config.yaml against the record -----------------------------------------------------------
+def recorded_config_sha256(run_dir: Path) -> str | None:
+    """``run.config_sha256`` of ``run_dir``'s ``metrics.json``; None when the file, or that field, is absent
+    or unreadable (the contract checker reports those)."""
+    try:
+        run = json.loads((Path(run_dir) / METRICS_FILE).read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+    sha = run.get("config_sha256") if isinstance(run, dict) else None
+    return sha if isinstance(sha, str) and sha else None
+
+
+def config_edited(run_dir: Path) -> str | None:
+    """What shows that ``config.yaml`` was changed after the run wrote it (a sentence, without the
+    file's path), or None.
+
+    ``metrics.json`` records the sha256 of the ``config.yaml`` text the run ran with
+    (``run.config_sha256``); a ``config.yaml`` whose sha256 differs was edited afterwards (by hand, or by
+    anything but a launch), so it no longer says what ran. None when either file or the field is absent.
+    """
+    run_dir = Path(run_dir)
+    recorded = recorded_config_sha256(run_dir)
+    config = run_dir / CONFIG_FILE
+    if recorded is None or not config.is_file():
+        return None
+    actual = config_sha256(config.read_text())
+    if actual == recorded:
+        return None
+    return (f"config.yaml edited after the run wrote it: its sha256 is {actual[:16]}..., "
+            f"{run_dir / METRICS_FILE} records config_sha256 {recorded[:16]}... (the config the run ran with)")
+
+
+def record_config_sha256(run_dir: Path, sha: str) -> None:
+    """Set ``run.config_sha256`` of an existing ``metrics.json`` to ``sha`` (atomically; nothing when it
+    already holds it or there is no readable record). The launcher calls it, under the folder's lock,
+    just before it writes a changed ``config.yaml`` (an extended run), so the two stay in step even if
+    the backend never starts."""
+    path = Path(run_dir) / METRICS_FILE
+    if recorded_config_sha256(run_dir) in (None, sha):
+        return
+    data = json.loads(path.read_text())
+    data["run"]["config_sha256"] = sha
+    atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")

@@ -214,6 +214,8 @@ class LocalBackendConfig:
     gradient_diagnostics: bool = False
     keep_checkpoints: int = at_least(1)
     cache_dir: str = MISSING
+    logger: list[str] = field(default_factory=list)  # verl's tracker names, as on the verl backend
+    project_name: str = MISSING
     sampler: LocalSamplerConfig = field(default_factory=LocalSamplerConfig)
 
 

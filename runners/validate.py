@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import difflib
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from runners import schema
+from runners.config_error import ConfigError
+from runners.run_folder import plan
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Keys that may change between attempts of one run without making it a different run.
-RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run"})
+#: (Where live curves go, ``backend.logger``/``backend.project_name``, may change too: it changes no number.)
+RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run", "backend.logger", "backend.project_name"})
 #: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 #: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.
 SCENARIO_BACKENDS = ("local",)
-
-
-class ConfigError(ValueError):
-    """A config that cannot work."""
 
 
 def known_methods() -> list[str]:
@@ -163,14 +163,16 @@ def check_override_keys(overrides: list[str], compose: Callable[[list[str]], Dic
 def check_existing_config(run_dir: Path, config_yaml: str) -> str:
     """What a launch may do with ``run_dir`` (``runners.run_folder.plan``): ``new``, ``resume``,
     ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises."""
-    from runners.run_folder import plan
-
     return plan(run_dir, config_yaml, RESUME_INSENSITIVE_KEYS)
 
 
 def check_results_root(run_dir: Path) -> None:
-    """The run folder and its lock file (``runners.run_lock``, in the folder's parent) can be
-    written: for each, the nearest existing ancestor is a writable folder."""
+    """The run folder and its lock file (``runners.run_lock``, in the folder's parent) can be created:
+    for each, the nearest existing ancestor is a folder in which a folder can be made.
+
+    Permission bits alone do not tell (root passes ``os.access`` on ``/proc`` or a read-only mount), so
+    the check makes an empty probe folder there and removes it at once; nothing stays behind.
+    """
     for target in (Path(run_dir).parent, Path(run_dir)):
         ancestor = target
         while not ancestor.exists():
@@ -180,9 +182,21 @@ def check_results_root(run_dir: Path) -> None:
         elif not os.access(ancestor, os.W_OK | os.X_OK):
             reason = f"{ancestor} is not writable"
         else:
-            continue
+            reason = _cannot_make_folder_in(ancestor)
+            if reason is None:
+                continue
         raise ConfigError(f"results_root: cannot create the run folder {run_dir}: {reason}; "
                           "set results_root=<a writable folder>")
+
+
+def _cannot_make_folder_in(folder: Path) -> str | None:
+    """Why no folder can be made in ``folder`` (an empty probe folder, removed at once), or None."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".results-root-probe-", dir=folder)
+    except OSError as err:
+        return f"no folder can be made in {folder} ({err.strerror})"
+    os.rmdir(probe)
+    return None
 
 
 def backend_module(cfg: DictConfig):

@@ -29,3 +29,16 @@ def test_review_notebook_runs(tmp_path, monkeypatch):
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "sc-seed1" in html and "single seed" in "".join(
         o.get("data", {}).get("text/markdown", "") for o in outputs)
+
+
+def test_review_notebook_text_names_the_tests_in_use_and_reads_the_verdict_column():
+    """The paired-differences text describes both tests the report uses (analysis.tables.paired_table), and
+    the code shows paired.csv's verdict instead of computing its own."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    paired_text = markdown.split("## Paired differences")[1].split("\n## ")[0]
+    for method in ("two-level t (seeds and problems)", "≥ 2 seeds", "bootstrap", "sign-flip",
+                   "single seed:\n  between-seed variance not estimated"):
+        assert method in paired_text, method
+    assert "verdict(" not in code and 'paired["verdict"]' in code

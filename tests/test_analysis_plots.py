@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,100 @@ def test_eval_curves_draw_the_test_retest_band(tmp_path):
     ys = hatched[0].get_paths()[0].vertices[:, 1]
     mean = 5 / 8  # mean@2 of the repeat-0 curve at every step
     assert ys.max() == pytest.approx(mean + 1.96 * sd) and ys.min() == pytest.approx(mean - 1.96 * sd)
+
+
+# -- arms that coincide, timing, duplicates, tick labels, problem ids (issue 19) ---------------------------
+def test_coinciding_curves_groups_and_ranges():
+    import pandas as pd
+
+    from analysis.coincidence import Coincidence, coincidence_note, coinciding_curves
+
+    steps = range(0, 50, 10)
+    pg = pd.Series([0.5, 0.6, 0.7, 0.8, 0.9], index=steps)
+    sc = pd.Series([0.5, 0.6, 0.7, 0.75, 0.7], index=steps)  # equal to pg over steps 0-20
+    tis = pd.Series([0.5, 0.55, 0.65, 0.7, 0.8], index=steps)
+    sc_tis = pd.Series([0.5, 0.55, 0.65, 0.7, 0.8], index=steps) + 1e-9  # equal to tis everywhere
+    found = coinciding_curves({"pg": pg, "tis": tis, "sc": sc, "sc_tis": sc_tis}, tolerance=1e-6)
+    assert found == [Coincidence(("pg", "sc"), 0, 20), Coincidence(("tis", "sc_tis"), 0, 40)]
+    assert coincidence_note(found) == "coincide: pg = sc, steps 0-20; tis = sc_tis, steps 0-40"
+    # step 0 alone (every arm starts from the same model) is one point: not a coincidence
+    assert coinciding_curves({"pg": pg, "tis": tis}, tolerance=1e-6) == []
+    # three curves equal over one range form one group; every curve of the panel reads "all"
+    same = coinciding_curves({"a": pg, "b": pg.copy(), "c": pg.copy()}, tolerance=0.0)
+    assert same == [Coincidence(("a", "b", "c"), 0, 40)]
+    assert coincidence_note(same, every=["a", "b", "c"]) == "coincide: all, steps 0-40"
+    assert coincidence_note([]) == ""
+
+
+@pytest.fixture(scope="module")
+def twin_sweep(tmp_path_factory):
+    """One seed; sc's evaluations equal pg's up to step 10, sc_tis's equal tis's throughout."""
+    from analysis.synthetic import counts_to_acc, write_run
+
+    root = tmp_path_factory.mktemp("twin") / "sweep"
+    base = {0: [1, 2, 0, 1], 5: [2, 2, 1, 1], 10: [2, 2, 2, 1], 15: [2, 2, 2, 2]}
+    other = {0: [1, 2, 0, 1], 5: [1, 1, 1, 1], 10: [0, 2, 1, 1], 15: [1, 1, 1, 2]}
+    evals = {
+        "pg": base,
+        "sc": {**base, 15: [0, 0, 1, 0]},
+        "tis": other,
+        "sc_tis": other,
+    }
+    for method, counts in evals.items():
+        write_run(root / f"{method}-seed1", method=method, seed=1, total_steps=15,
+                  evals={s: {"a": counts_to_acc(c, 2)} for s, c in counts.items()})
+    return load_sweep(root)
+
+
+def test_eval_curves_give_each_arm_a_style_and_note_where_arms_coincide(twin_sweep):
+    fig = plots.eval_curves(twin_sweep, Resampler(n_boot=50))
+    ax = fig.axes[0]
+    lines = _lines(ax)
+    styles = {run: (line.get_linestyle(), line.get_marker(), line.get_linewidth(), line.get_zorder())
+              for run, line in lines.items()}
+    assert len({(ls, m) for ls, m, _, _ in styles.values()}) == 4  # dash pattern and marker differ per arm
+    widths = [styles[f"{m}-seed1"][2] for m in ("pg", "tis", "sc", "sc_tis")]
+    zorders = [styles[f"{m}-seed1"][3] for m in ("pg", "tis", "sc", "sc_tis")]
+    assert widths == sorted(widths, reverse=True) and zorders == sorted(zorders)  # later = thinner, on top
+    note = fig.coincidence_notes[ax.get_title()]
+    assert note == "coincide: pg = sc, steps 0-10; tis = sc_tis, steps 0-15"
+    assert ax.get_xlabel() == f"training step\n{note}"
+
+
+def test_axis_labels_are_plain_numbers(tmp_path):
+    """A metric varying in the 5th decimal near 1 (the offset label 1e-5+9.995e-1) is labelled plainly."""
+    sweep = load_sweep(build_sweep(tmp_path / "s", methods=("pg",), total_steps=30, eval_every=10,
+                                   sets={"a": 3}, k=2))
+    sweep.train["critic/score/mean"] = 0.9995 + 1e-5 * np.arange(len(sweep.train))
+    fig = plots.train_curves(sweep, panels=[("near one", "critic/score/mean")])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.yaxis.get_offset_text().get_text() == ""
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and all("e" not in label for label in labels) and float(labels[0]) > 0.99, labels
+
+
+def test_timing_panels_are_cpu_time_and_wall_time_relative_to_the_sweep_median(sweep):
+    fig = plots.train_curves(sweep)
+    by_title = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+    wall = [t for t in by_title if t.startswith("wall time per step / sweep median")]
+    assert wall and "not a cost of the method" in wall[0] and "step time (s)" not in by_title
+    median = float(sweep.train["timing_s/step"].median())
+    rows = sweep.train[sweep.train["run"] == "pg-seed1"].set_index("step")["timing_s/step"] / median
+    _, y = _lines(by_title[wall[0]])["pg-seed1"].get_data()
+    assert np.allclose(y, backward_moving_average(rows, 20).to_numpy())
+
+
+def test_sc_head_mass_panels_only_for_runs_without_the_mismatch_metrics(sweep):
+    train = sweep.train.copy()
+    sweep_with = dataclasses.replace(sweep, train=train.assign(**{"mismatch/sampler_head_mass": 0.9,
+                                                                  "mismatch/train_head_mass": 0.9}))
+    titles = [ax.get_title() for ax in plots.train_curves(sweep_with).axes if ax.get_visible()]
+    assert "SC sampler head mass Q" not in titles and "SC trainer head mass P" not in titles
+    assert "mismatch: sampler head mass Q (all arms)" in titles
+
+
+def test_per_problem_ids_are_readable(sweep):
+    fig = plots.per_problem(sweep, "final")
+    ticks = fig.axes[0].get_xticklabels()
+    assert ticks and all(t.get_fontsize() >= 9 for t in ticks)

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.report import build_report, parse_checkpoints, verdict, write_report
+from analysis.report import build_report, parse_checkpoints, write_report
 from analysis.synthetic import build_sweep, write_known_sweep
-from analysis.tables import COMPARISON_COLUMNS, PAIRED_COLUMNS, PASSK_COLUMNS
+from analysis.tables import COMPARISON_COLUMNS, PAIRED_COLUMNS, PASSK_COLUMNS, verdict
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -152,6 +152,27 @@ def test_known_sweep_report(tmp_path):
     c = report.comparison.set_index(["run", "data_source", "checkpoint"])
     assert c.at[("pg-seed1", "alpha", "final"), "mean_at_k"] == 0.5
     assert np.isclose(c.at[("sc-seed1", "avg", "best"), "mean_at_k"], (11 / 16 + 7 / 12) / 2)
+
+
+def test_paired_csv_carries_the_verdict_that_comparison_md_shows(tmp_path):
+    root = build_sweep(tmp_path / "s", methods=("pg", "tis", "sc"), seeds=(1, 2), total_steps=20, eval_every=10,
+                       sets={"a": 6, "b": 5}, k=2)
+    single = build_sweep(tmp_path / "one", methods=("pg", "sc"), total_steps=20, eval_every=10,
+                                   sets={"a": 6, "b": 5}, k=2)
+    for sweep, multi in ((root, True), (single, False)):
+        report = write_report(sweep, n_boot=300, figures=False)
+        written = pd.read_csv(report.files["paired.csv"])
+        assert list(written.columns)[-1] == "verdict"
+        assert list(written["verdict"]) == [verdict(r.p_value, r.ci_low, r.ci_high, seed_variance=r.seed_variance)
+                                            for r in written.itertuples()]
+        assert set(written["verdict"]) <= ({"distinguishable", "borderline", "within noise"} if multi
+                                          else {"single seed: between-seed variance not estimated"})
+        md = report.files["comparison.md"].read_text()
+        for r in written.itertuples():  # the markdown row of each comparison ends with the csv's verdict
+            section = md.split(f"### `{r.checkpoint}` checkpoint")[1].split("\n### ")[0]
+            row = next(line for line in section.splitlines()
+                       if line.startswith(f"| {r.method_a} − {r.method_b} | {r.data_source} | {r.seeds_a} / "))
+            assert row.endswith(f"| {r.verdict} |"), row
 
 
 def test_verdict():

@@ -25,6 +25,7 @@ from hydra import compose, initialize_config_dir
 
 from runners import validate as validation
 from runners.local import base_model as bm
+from runners.local.base_checkpoint import load_base_model_for
 from runners.local.warmstart import cache_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ def test_default_config_loads_the_verified_shipped_model(tmp_path):
     manifest = bm.verify()
     assert cache_key(cfg) == manifest["key"], f"default config changed: regenerate with `{bm.REGENERATE}`"
     assert manifest["recipe"]["model"]["warmstart"] == dict(cfg.model.warmstart)
-    model, tok, source = bm.load_base_model_for(cfg, tmp_path / "cache")
+    model, tok, source = load_base_model_for(cfg, tmp_path / "cache")
     assert source == f"shipped:{bm.ASSET_DIR}"
     assert not (tmp_path / "cache").exists()  # nothing trained, nothing cached
     assert sum(p.numel() for p in model.parameters()) == manifest["n_parameters"] == 448_320
@@ -57,7 +58,7 @@ def test_scratchpad_experiment_loads_its_own_shipped_model(tmp_path):
     regenerate = "python -m runners.local.warmstart --ship --model tiny_qwen3_scratchpad --data sum_scratchpad"
     assert cache_key(cfg) == manifest["key"], f"scratchpad config changed: regenerate with `{regenerate}`"
     assert bm.shipped_dir_for(manifest["key"]) == asset_dir != bm.ASSET_DIR
-    _, _, source = bm.load_base_model_for(cfg, tmp_path / "cache", progress=False)
+    _, _, source = load_base_model_for(cfg, tmp_path / "cache", progress=False)
     assert source == f"shipped:{asset_dir}" and not (tmp_path / "cache").exists()
 
 
@@ -82,7 +83,7 @@ def test_tampered_or_missing_files_are_refused(tmp_path):
 
 def test_other_model_configs_use_the_local_cache(tmp_path):
     cfg = composed([f"results_root={tmp_path}", "model.warmstart.steps=3"])
-    _, _, source = bm.load_base_model_for(cfg, tmp_path / "cache", progress=False)
+    _, _, source = load_base_model_for(cfg, tmp_path / "cache", progress=False)
     assert source == f"cache:{tmp_path / 'cache' / cache_key(cfg)}"
 
 

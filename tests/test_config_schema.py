@@ -42,6 +42,8 @@ BAD_CONFIGS = [
     (["eval.n=0"], [r"eval\.n=0", r"an integer >= 1"]),
     (["eval.repeats=0"], [r"eval\.repeats=0", r"an integer >= 1"]),
     (["method.top_k=0"], [r"method\.top_k=0", r"an integer >= 1"]),
+    (["method=sc", "method.top_k=100"], [r"method\.top_k=100 is larger than the vocabulary of model=tiny_qwen3",
+                                         r"allowed: 1 <= method\.top_k <= 38"]),
     (["method=tis", "method.tis_cap=-1"], [r"method\.tis_cap=-1\.0", r"a number > 0 or null"]),
     (["backend.device=tpu"], [r"backend\.device='tpu'", r"allowed: cpu, cuda"]),
     (["backend.threads=0"], [r"backend\.threads=0", r"an integer >= 1"]),

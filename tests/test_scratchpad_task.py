@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from runners.local.diagnostics import CenteringGradient, shared_context
 from runners.local.scratchpad_task import ScratchpadSumTask, scratchpad
-from runners.local.task import build_task, prompt_token_ids
+from runners.local.task import prompt_token_ids
+from runners.local.tasks import build_task
 from runners.local.tokenizer import build_tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

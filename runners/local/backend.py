@@ -27,13 +27,16 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from runners.config_error import ConfigError
 from runners.local.checkpoint import load_latest, save_checkpoint
 from runners.local.evaluate import evaluate, val_file
-from runners.local.parallel import check_parallel_threads
+from runners.local.parallel import check_parallel_threads, threads_warning
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
-from runners.local.task import build_task, prompt_token_ids
+from runners.local.task import prompt_token_ids
+from runners.local.tasks import build_task
+from runners.local.trackers import RunTracker, check_loggers
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.provenance import versions
 from runners.run_record import RunRecord
@@ -46,11 +49,19 @@ def validate(cfg: DictConfig) -> None:
     and the cross-field rules first); each error names the key and the allowed values."""
     r = cfg.rollout
     check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
+    check_loggers(list(cfg.backend.logger))  # verl's tracker names, their packages installed
     if cfg.backend.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
     task = build_task(cfg.data)  # validates the data group
     from runners.local.tokenizer import build_tokenizer
 
+    vocab_size = len(build_tokenizer())  # the model's vocabulary (runners/local/model.py builds it so)
+    if cfg.method.top_k > vocab_size:
+        raise ConfigError(
+            f"method.top_k={cfg.method.top_k} is larger than the vocabulary of model={cfg.model.name} "
+            f"({vocab_size} tokens, runners/local/tokenizer.py): the sampler's head cannot hold more ids than "
+            f"there are; allowed: 1 <= method.top_k <= {vocab_size}"
+        )
     prompt_tokens = task.max_prompt_tokens(build_tokenizer())
     if r.max_prompt_length < prompt_tokens:
         raise ValueError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
@@ -66,7 +77,7 @@ class LocalRun:
     """The state of one embedded run, and its step loop."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, config_sha256: str):
-        from runners.local.base_model import load_base_model_for
+        from runners.local.base_checkpoint import load_base_model_for
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
         torch.set_num_threads(cfg.backend.threads)
@@ -87,6 +98,7 @@ class LocalRun:
         self.schedule_gen = torch.Generator().manual_seed(cfg.seed + 3)  # the sampler's throughput (schedule.py)
         self.credit = 0.0
         self.step = 0
+        self.tracker: RunTracker | None = None  # opened by run()
         self.record = RunRecord.open(
             self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="local",
             total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=versions(),
@@ -166,11 +178,14 @@ class LocalRun:
     # -- the loop ---------------------------------------------------------------------------
     def evaluate(self) -> None:
         self.eval_sampler.sync(self.trainer.model, self.step, torch.Generator().manual_seed(self.step))
-        self.record.add_val(evaluate(self.eval_sampler, self.task, self.cfg, self.step, self.run_dir))
+        row = evaluate(self.eval_sampler, self.task, self.cfg, self.step, self.run_dir)
+        self.record.add_val(row)
+        if self.tracker is not None:
+            self.tracker.log(row)
 
     def train_step(self) -> dict:
         cfg = self.cfg
-        t_start = time.perf_counter()
+        t_start, cpu_start = time.perf_counter(), time.process_time()
         groups, evicted = self.next_batch()
         t_gen = time.perf_counter() - t_start
         batch = make_batch(groups, self.step, self.pad_id)
@@ -196,6 +211,7 @@ class LocalRun:
             "timing_s/gen": t_gen,
             "timing_s/update_actor": t_update,
             "timing_s/step": time.perf_counter() - t_start,
+            "timing_s/step_cpu": time.process_time() - cpu_start,  # all threads of this process
         }
         return row
 
@@ -206,6 +222,7 @@ class LocalRun:
             if int(stale.stem.split("_")[1]) > self.step:  # written by a killed attempt after its last checkpoint
                 stale.unlink()
         self.record.start_attempt(self.step)
+        self.tracker = RunTracker(cfg, self.run_dir)  # backend.logger; metrics.json stays the record
         try:
             if self.step == 0 or not val_file(self.run_dir, 0).exists():
                 self.evaluate()
@@ -214,6 +231,7 @@ class LocalRun:
             while self.step < total:
                 row = self.train_step()
                 self.record.add_train(row)
+                self.tracker.log(row)
                 if self.step % cfg.trainer.test_freq == 0 or self.step == total:
                     self.evaluate()
                 self.record.save()  # before the checkpoint: a resume never lacks a checkpointed step
@@ -230,8 +248,10 @@ class LocalRun:
             bar.close()
         except BaseException:
             self.record.end_attempt("failed")
+            self.tracker.finish(failed=True)
             raise
         self.record.end_attempt("finished")
+        self.tracker.finish()
         val = self.record.data["val"]
         log.info("finished: val at step 0 %s, at step %d %s (one run, seed %d: a single seed; compare arms "
                  "over seeds with python -m analysis)", _val_summary(val[0]), val[-1]["step"], _val_summary(val[-1]),
@@ -243,5 +263,13 @@ def _val_summary(row: dict) -> str:
 
 
 def run(cfg: DictConfig, run_dir: Path, config_sha256: str) -> None:
-    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint)."""
+    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint).
+
+    ``backend.threads`` above this machine's cores is warned about (console and ``run.log``), not
+    refused: the value is part of the run's config, so refusing it would make a run started on a
+    larger machine impossible to resume on a smaller one; it only costs speed there.
+    """
+    warning = threads_warning(cfg)
+    if warning is not None:
+        log.warning(warning)
     LocalRun(cfg, run_dir, config_sha256).run()

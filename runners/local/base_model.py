@@ -13,12 +13,10 @@ shipped in the package, in `runners/local/assets/<name>/`:
   transformers versions and thread count used, the training summary, and `sha256` of the weights
   file.
 
-Contract of :func:`load_base_model_for`: a config whose cache key equals a shipped model's key (the
-default's, or another `assets/<model.name>_base/`, e.g. the scratchpad task's) gets those
-shipped weights, after their sha256 is checked against the manifest (a mismatch, or a missing
-file, raises :class:`BaseModelError` naming the file and the regeneration command; there is no
-fallback to training). Any other config (a smaller test model, another warm-start recipe) gets
-the cached warm start of `warmstart.warm_start`, trained on first use on this machine.
+Which base model a run gets (shipped or the machine-local warm start) is decided by
+`base_checkpoint.load_base_model_for`. Loading shipped weights checks their sha256 against the
+manifest (a mismatch, or a missing file, raises :class:`BaseModelError` naming the file and the
+regeneration command; there is no fallback to training).
 
 Regenerate the shipped file (after changing the default model/data config or the warm-start
 procedure; the test suite fails until one does) with one command:
@@ -36,7 +34,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_model, save_model
-from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 
 from runners.local.model import build_model, count_parameters
 from runners.local.tokenizer import build_tokenizer
@@ -97,30 +95,6 @@ def load_shipped(model_cfg: DictConfig, asset_dir: Path = ASSET_DIR) -> Qwen3For
     return model
 
 
-def load_base_model_for(
-    cfg: DictConfig, cache_root: Path, progress: bool = True
-) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase, str]:
-    """(model, tokenizer, source) of the base checkpoint for `cfg` (reads cfg.model and cfg.data).
-
-    `source` is "shipped:<asset dir>" for the default config (verified weights) and
-    "cache:<entry dir>" for any other (the machine-local warm start).
-    """
-    from runners.local.warmstart import cache_key, load_base_model, warm_start
-
-    key = cache_key(cfg)
-    read_manifest(ASSET_DIR)  # the default's manifest must be there whatever the config
-    asset_dir = shipped_dir_for(key)
-    if asset_dir is not None:
-        manifest = read_manifest(asset_dir)
-        logger.info("base model: shipped %s (key %s, sha256 %s)", asset_dir, key, manifest["sha256"][:16])
-        return load_shipped(cfg.model, asset_dir), build_tokenizer(), f"shipped:{asset_dir}"
-    logger.info("base model: key %s is not one of the shipped models; using the local warm-start cache", key)
-    path = warm_start(cfg, cache_root, progress=progress)
-    from transformers import AutoTokenizer
-
-    return load_base_model(path, cfg.model), AutoTokenizer.from_pretrained(path), f"cache:{path}"
-
-
 def shipped_dir_for(key: str, root: Path = ASSETS_ROOT) -> Path | None:
     """The asset folder under ``root`` whose manifest records cache key ``key``, or None."""
     for manifest in sorted(Path(root).glob(f"*/{MANIFEST}")):
@@ -135,22 +109,24 @@ def asset_dir_for(cfg: DictConfig) -> Path:
 
 
 def write_shipped(
-    model: Qwen3ForCausalLM, cfg: DictConfig, stats: dict[str, Any], asset_dir: Path = ASSET_DIR
+    model: Qwen3ForCausalLM, cfg: DictConfig, stats: dict[str, Any], key: str, asset_dir: Path = ASSET_DIR
 ) -> dict[str, Any]:
-    """Write `model.safetensors` and (last) `base_model.json` into `asset_dir`; return the manifest."""
+    """Write `model.safetensors` and (last) `base_model.json` into `asset_dir`; return the manifest.
+
+    `key` is the warm-start cache key of `cfg` (`warmstart.cache_key`), recorded in both files.
+    """
     import transformers
 
-    from runners.local.warmstart import cache_key
     from runners.provenance import project_version
 
     asset_dir = Path(asset_dir)
     asset_dir.mkdir(parents=True, exist_ok=True)
     weights = asset_dir / WEIGHTS
-    save_model(model, str(weights), metadata={"format": "pt", "key": cache_key(cfg)})
+    save_model(model, str(weights), metadata={"format": "pt", "key": key})
     weights.chmod(0o644)  # safetensors writes it private; the asset is meant to be read by all
     manifest = {
         "format": MANIFEST_FORMAT,
-        "key": cache_key(cfg),
+        "key": key,
         "sha256": file_sha256(weights),
         "n_parameters": count_parameters(model),
         "recipe": {

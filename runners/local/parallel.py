@@ -53,3 +53,18 @@ def check_parallel_threads(cfg: DictConfig, cores: int | None = None, n_jobs: in
             f"{cores} cores of this machine; allowed: backend.threads <= {max(cores // n_jobs, 1)} (e.g. add "
             "backend.threads=1) or a smaller hydra.launcher.n_jobs"
         )
+
+
+def threads_warning(cfg: DictConfig, cores: int | None = None) -> str | None:
+    """The warning for ``backend.threads`` above this machine's cores, or None when it fits.
+
+    A warning, not an error: the thread count is part of a run's config (it changes the trajectory),
+    so a run started on a larger machine must stay resumable on a smaller one, where it only runs slower.
+    """
+    cores = usable_cores() if cores is None else cores
+    threads = int(cfg.backend.threads)
+    if threads <= cores:
+        return None
+    return (f"backend.threads={threads} is more than the {cores} cores this process may use: the threads share "
+            f"them (slower, and step times measure the contention); backend.threads <= {cores} fits this machine. "
+            "Kept as set: the thread count is part of the run's config (it changes the trajectory).")

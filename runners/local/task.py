@@ -262,14 +262,3 @@ def _eval_specs(eval_sets: Any, train_data_source: str = TRAIN_DATA_SOURCE) -> l
             f"data.eval_sets names must be distinct (they are data_source values), repeated: {duplicates}"
         )
     return specs
-
-
-def build_task(data_cfg: DictConfig) -> SeededTask:
-    """The task named by ``data.name``: ``synthetic_arith`` (the default) or ``sum_scratchpad``."""
-    from runners.local.scratchpad_task import ScratchpadSumTask
-
-    tasks = {"synthetic_arith": ArithmeticTask, "sum_scratchpad": ScratchpadSumTask}
-    name = data_cfg.get("name", "synthetic_arith")
-    if name not in tasks:
-        raise ValueError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
-    return tasks[name](data_cfg)

@@ -41,7 +41,8 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from runners.local.generate import left_pad, position_ids_from_mask, sample
 from runners.local.model import build_model
-from runners.local.task import Problem, SeededTask, build_task, prompt_token_ids, response_text
+from runners.local.task import Problem, SeededTask, prompt_token_ids, response_text
+from runners.local.tasks import build_task
 from runners.local.tokenizer import build_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -321,7 +322,7 @@ def _main() -> None:
 
         trained, stats = train_warm_start(cfg)
         asset_dir = base_model.asset_dir_for(cfg)
-        manifest = base_model.write_shipped(trained, cfg, stats, asset_dir)
+        manifest = base_model.write_shipped(trained, cfg, stats, cache_key(cfg), asset_dir)
         print(json.dumps({k: v for k, v in manifest.items() if k != "recipe"}))
         model = base_model.load_shipped(cfg.model, asset_dir)
     else:

@@ -9,7 +9,7 @@ verl 0.9.1 (FSDP) writes, under ``trainer.default_local_dir`` (``<run>/checkpoin
     latest_checkpointed_iteration.txt                     the step ``resume_mode=auto`` resumes from
 
 Retention (:func:`plan_retention`, :func:`apply_retention`) keeps the latest ``N`` checkpoints,
-the best ``M`` by :func:`analysis.selection.eval_average` of ``metrics.json`` (analysis's rule for
+the best ``M`` by :func:`runners.checkpoint_selection.eval_average` of ``metrics.json`` (analysis's rule for
 ``best``) and always the resume point. **"Best" is selected on the AIME test sets themselves: an
 optimistic, test-set selection**, and every plan and export says so. verl's own rotation must be
 off (``trainer.max_actor_ckpt_to_keep=null``) or it deletes best checkpoints first.
@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.selection import TEST_SET_SELECTION, best_steps, eval_average
+from runners.checkpoint_selection import TEST_SET_SELECTION, best_steps, eval_average
 from runners.child_process import run_logged
 from runners.export_check import VERIFICATION_FILE, ExportError, verify_export
 from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
@@ -71,7 +71,7 @@ def _load_metrics(run_dir: Path) -> dict[str, Any]:
 
 
 def _best(run_dir: Path, m: int, steps: list[int]) -> tuple[list[int], dict[int, dict[str, Any]]]:
-    """The ``m`` best of ``steps`` by eval average (analysis.selection's rule), and the averages."""
+    """The ``m`` best of ``steps`` by eval average (runners.checkpoint_selection's rule), and the averages."""
     averages = eval_average(_load_metrics(run_dir))
     return best_steps({s: a["avg"] for s, a in averages.items()}, m, steps), averages
 

@@ -190,7 +190,7 @@ def task_config(cfg: DictConfig) -> DictConfig:
 
 def check(cfg: DictConfig) -> None:
     """Reject, naming the key, what the rehearsal's tiny model and task cannot run (``ValueError``)."""
-    from runners.local.task import build_task
+    from runners.local.tasks import build_task
     from runners.local.tokenizer import build_tokenizer
 
     model = _yaml(MODEL_YAML)
@@ -255,7 +255,7 @@ def write_data(cfg: DictConfig, folder: Path) -> None:
     from ablations.data.aime import prepare_eval
     from ablations.data.dapo import prepare_train
     from ablations.data.sources import write_parquet
-    from runners.local.task import build_task
+    from runners.local.tasks import build_task
     from runners.local.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()

@@ -1,4 +1,5 @@
-"""The one rule for the "best" checkpoint, shared by the analysis tables and verl checkpoint retention.
+"""The one rule for the "best" checkpoint, shared by the analysis tables and verl checkpoint retention
+(in `runners/`, which `analysis` imports and `runners` may, as the rest of the run contract).
 
 ``best`` is the evaluated step with the highest ``avg`` (the arithmetic mean over evaluation sets
 of mean@k), the earliest step on ties; step 0 (before training) counts. It is selected on the

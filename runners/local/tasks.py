@@ -1,0 +1,17 @@
+"""The embedded backend's tasks by name: :func:`build_task` maps ``data.name`` to its task class."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from runners.local.scratchpad_task import ScratchpadSumTask
+from runners.local.task import ArithmeticTask, SeededTask
+
+
+def build_task(data_cfg: DictConfig) -> SeededTask:
+    """The task named by ``data.name``: ``synthetic_arith`` (the default) or ``sum_scratchpad``."""
+    tasks = {"synthetic_arith": ArithmeticTask, "sum_scratchpad": ScratchpadSumTask}
+    name = data_cfg.get("name", "synthetic_arith")
+    if name not in tasks:
+        raise ValueError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
+    return tasks[name](data_cfg)
