@@ -9,7 +9,11 @@ of test cannot favour the smaller p. The arms are seed pairs when
   makes the design unpaired: dropping runs to force pairs would change the estimate);
 - the two runs of each seed are a pair by their ``run.seed_fixes`` records
   (:func:`runners.run_contract.seed_pairing`: both records present, the seed fixes the same
-  streams in both, the training data order among them).
+  streams in both, the training data order among them);
+- there are at least :data:`MIN_PAIRS` pairs. With 2 pairs the paired t has 1 df and loses to the
+  unpaired test (2 df) at every correlation the calibration tried, up to 0.9 (power 0.03-0.07
+  against 0.15-0.18 for a true +0.10 at run sd 0.07: ``docs/statistics.md``); with 3 pairs it
+  breaks even near a seed-effect correlation of 0.6, with 5 near 0.3, and gains above.
 
 Older records without ``seed_fixes`` therefore keep the unpaired test.
 """
@@ -27,6 +31,7 @@ from analysis.seeds import diff_paired_two_level, diff_two_level
 from runners.run_contract import seed_pairing
 
 PAIRED_BY_SEED = "paired by seed"
+MIN_PAIRS = 3
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ def seed_design(seeds_a: Sequence[int], fixes_a: Sequence[Mapping[str, Any] | No
         return unpaired("an arm has several runs of one seed")
     if sa != sb:
         return unpaired(f"the arms' seeds differ ({_seeds_text(sa)} vs {_seeds_text(sb)})")
+    if len(sa) < MIN_PAIRS:
+        return unpaired(f"{len(sa)} seed pairs (a paired t needs >= {MIN_PAIRS})")
     for ia, ib, seed in zip(order_a, order_b, sa, strict=True):
         why = seed_pairing(fixes_a[ia], fixes_b[ib])
         if why is not None:

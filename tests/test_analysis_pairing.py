@@ -23,13 +23,15 @@ def test_design_rules():
     d = seed_design([3, 1, 2], [LOCAL] * 3, [2, 3, 1], [LOCAL] * 3)
     assert d.paired and d.pairs == 3 and d.reason == PAIRED_BY_SEED and d.seeds == (1, 2, 3)
     assert d.order_a == (1, 2, 0) and d.order_b == (2, 0, 1)  # rows in seed order
-    assert not seed_design([1, 2], [LOCAL] * 2, [1, 3], [LOCAL] * 2).paired
-    assert "seeds differ (1, 2 vs 1, 3)" in seed_design([1, 2], [LOCAL] * 2, [1, 3], [LOCAL] * 2).reason
-    assert "several runs of one seed" in seed_design([1, 1], [LOCAL] * 2, [1, 2], [LOCAL] * 2).reason
-    older = seed_design([1, 2], [LOCAL, None], [1, 2], [LOCAL] * 2)
+    assert not seed_design([1, 2, 4], [LOCAL] * 3, [1, 2, 3], [LOCAL] * 3).paired
+    assert "seeds differ (1, 2, 4 vs 1, 2, 3)" in seed_design([1, 2, 4], [LOCAL] * 3, [1, 2, 3], [LOCAL] * 3).reason
+    assert "several runs of one seed" in seed_design([1, 1, 2], [LOCAL] * 3, [1, 2, 3], [LOCAL] * 3).reason
+    older = seed_design([1, 2, 3], [LOCAL, None, LOCAL], [1, 2, 3], [LOCAL] * 3)
     assert not older.paired and older.pairs == 0 and "seed 2: a run does not record" in older.reason
-    assert "different streams" in seed_design([1, 2], [LOCAL] * 2, [1, 2], [VERL] * 2).reason
-    assert seed_design([1, 2], [VERL] * 2, [1, 2], [VERL] * 2).paired  # verl's seed fixes the prompt order
+    assert "different streams" in seed_design([1, 2, 3], [LOCAL] * 3, [1, 2, 3], [VERL] * 3).reason
+    assert seed_design([1, 2, 3], [VERL] * 3, [1, 2, 3], [VERL] * 3).paired  # verl's seed fixes the prompt order
+    two = seed_design([1, 2], [LOCAL] * 2, [1, 2], [LOCAL] * 2)  # 1 df: the unpaired test is stronger
+    assert not two.paired and "2 seed pairs (a paired t needs >= 3)" in two.reason
 
 
 def _sweep(tmp_path, name, seeds=3, seed_fixes=LOCAL, rng_seed=0, corr=0.8):

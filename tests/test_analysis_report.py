@@ -140,7 +140,7 @@ def test_multi_seed_report(tmp_path):
             "verdict |") in md
     assert "| pg − sc | avg | 2 / 2 |" in md and re.search(r"\| t \| \d\.\d{3} \| yes \|", md)
     assert "| no | single seed" not in md
-    assert "Unpaired two-level rows (independent seeds): unpaired: seed 1: a run does not record" in md
+    assert "Unpaired two-level rows (independent seeds): unpaired: 2 seed pairs (a paired t needs >= 3)" in md
     p = report.paired
     assert p["seed_variance"].all() and (p["test"] == "two-level t (seeds and problems)").all()
     assert (p["seeds_a"] == 2).all() and (p["df"] > 0).all() and (p["significant"] == (p["p_value"] < 0.05)).all()

@@ -144,7 +144,10 @@ def test_paired_difference_by_hand():
         v_seed = ds.mean(1).var(ddof=1) / 3
         v_prob = max(0.0, ds.mean(0).var(ddof=1) - residual_mean_square(ds) / 3) / ds.shape[1]
         assert t["se"][j] == pytest.approx(math.sqrt(v_seed + v_prob))
-        assert t["df"][j] == pytest.approx((v_seed + v_prob) ** 2 / (v_seed**2 / 2 + v_prob**2 / (ds.shape[1] - 1)))
+        assert t["df"][j] == 2  # the seed pairs' df (S - 1), whatever the problem part
+        sat = diff_paired_two_level(ya, yb, [slice(0, 5), slice(5, 8)], df_rule="satterthwaite")
+        assert sat["df"][j] == pytest.approx((v_seed + v_prob) ** 2 / (v_seed**2 / 2 + v_prob**2 / (ds.shape[1] - 1)))
+        assert sat["se"][j] == pytest.approx(t["se"][j]) and sat["p_value"][j] <= t["p_value"][j]
     run_d = (d[:, :5].mean(1) + d[:, 5:].mean(1)) / 2  # avg: seed part on the runs' avg differences
     assert t["se_seed"][2] == pytest.approx(math.sqrt(run_d.var(ddof=1) / 3))
     assert t["estimate"][2] == pytest.approx(run_d.mean())

@@ -1,0 +1,215 @@
+"""Benchmark: how much runs of two arms that share a seed share, measured on the project's studies.
+
+Two sources, one table each:
+
+- ``--doc``: the per-seed final scores the drift study publishes (``docs/drift_study.md``, rounds 2 and
+  3: the tables of final mean@k whose cells end in the seeds' values, ``(v_1, ..., v_S)``, in seed
+  order 1..S; two decimals). Per study and arm pair: the Pearson correlation ``r`` of the two arms'
+  finals across the shared seeds with a 95% Fisher-z interval ``tanh(atanh r -+ 1.96 / sqrt(S - 3))``
+  (none for S = 3), and the variance ratio ``var(a - b) / (var a + var b)`` (= 1 - r sd_a sd_b /
+  ((sd_a^2 + sd_b^2) / 2)): the share of the unpaired seed variance a paired test keeps.
+  Pooled per arm pair over the mismatch studies (every study but ``on_policy``, where the arms'
+  losses coincide): the correlation of the within-study deviations from each arm's study mean,
+  ``sum cov / sqrt(sum var_a sum var_b)`` over studies, with the Fisher interval at
+  ``sum (S_i - 1)`` degrees of freedom (``1.96 / sqrt(df - 2)``).
+- ``SWEEP_DIR ...``: run folders (``python -m analysis`` layout). The same correlations from the
+  runs' final ``avg`` mean@k, and per seed and arm pair the trajectories: the first step whose
+  sampled batch differs (the first train step where ``critic/score/mean`` or
+  ``response_length/mean`` differ: before it both arms trained on the same responses), and the
+  correlation over steps of the two arms' 20-step moving averages of ``critic/score/mean``
+  (against the same arms on different seeds as a baseline).
+
+    python benchmarks/seed_pairing.py --doc [--write]
+    python benchmarks/seed_pairing.py /tmp/r20/drift_study/default
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "drift_study.md"
+STATS_DOC = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
+START, END = "<!-- pairing:start -->", "<!-- pairing:end -->"
+ARMS = ("pg", "tis", "sc", "sc_tis")
+CONTROL = "on_policy"
+BATCH_METRICS = ("critic/score/mean", "response_length/mean")
+Z95 = 1.959963984540054
+
+
+def doc_finals(text: str) -> dict[str, dict[str, np.ndarray]]:
+    """Per study (``r3 kv4``, ``r2 default``, ...) and arm: the seeds' finals of the rounds 2 and 3 tables."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    sections = re.split(r"^## ", text, flags=re.M)
+    for section in sections:
+        m = re.match(r"Round (\d)\b", section)
+        if not m or m.group(1) not in ("2", "3"):
+            continue
+        for line in section.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) != 1 + len(ARMS):
+                continue
+            values = [re.search(r"\(((?:-?\d\.\d+, )+-?\d\.\d+)\)\s*$", c) for c in cells[1:]]
+            scenario = cells[0].split()[0] if cells[0] else ""
+            arms = {a: np.array([float(v) for v in g.group(1).split(", ")]) for a, g in zip(ARMS, values, strict=True)
+                    if g}
+            if len(arms) >= 1 and re.fullmatch(r"[a-z0-9_]+", scenario):
+                out[f"r{m.group(1)} {scenario}"] = arms
+    return out
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Pearson r with its 95% Fisher-z interval (NaN bounds below 4 pairs; NaN r without variance)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.std() == 0 or b.std() == 0:
+        return float("nan"), float("nan"), float("nan")
+    r = float(np.corrcoef(a, b)[0, 1])
+    return (r, *fisher_interval(r, len(a) - 1))
+
+
+def fisher_interval(r: float, df: int) -> tuple[float, float]:
+    """``tanh(atanh r -+ 1.96 / sqrt(df - 2))`` for a correlation estimated with ``df`` degrees of freedom."""
+    if df < 3 or not np.isfinite(r):
+        return float("nan"), float("nan")
+    z, half = np.arctanh(np.clip(r, -0.999999, 0.999999)), Z95 / np.sqrt(df - 2)
+    return float(np.tanh(z - half)), float(np.tanh(z + half))
+
+
+def variance_ratio(a: np.ndarray, b: np.ndarray) -> float:
+    """``var(a - b) / (var a + var b)``: below 1 where the shared seed makes the pairs alike."""
+    den = np.var(a, ddof=1) + np.var(b, ddof=1)
+    return float(np.var(np.asarray(a) - np.asarray(b), ddof=1) / den) if den > 0 else float("nan")
+
+
+def pooled(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, float, int]:
+    """Within-study pooled correlation, its interval and degrees of freedom (module docstring)."""
+    da = [a - a.mean() for a, _ in pairs]
+    db = [b - b.mean() for _, b in pairs]
+    cov = sum(float((x * y).sum()) for x, y in zip(da, db, strict=True))
+    den = np.sqrt(sum(float((x**2).sum()) for x in da) * sum(float((y**2).sum()) for y in db))
+    df = sum(len(a) - 1 for a, _ in pairs)
+    r = cov / den if den > 0 else float("nan")
+    return (r, *fisher_interval(r, df), df)
+
+
+def _fmt(x: float, signed: bool = False) -> str:
+    return "—" if not np.isfinite(x) else (f"{x:+.2f}" if signed else f"{x:.2f}")
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "—" if not np.isfinite(lo) else f"[{lo:+.2f}, {hi:+.2f}]"
+
+
+def correlation_table(finals: dict[str, dict[str, np.ndarray]]) -> tuple[str, dict[str, tuple]]:
+    """Markdown of the per-study correlations and the pooled ones; returns (text, pooled per arm pair)."""
+    lines = ["| study | arm pair | seeds | r [95%] | var(a − b) / (var a + var b) |", "|---|---|---|---|---|"]
+    by_pair: dict[str, list] = {}
+    for study, arms in finals.items():
+        for a, b in combinations([x for x in ARMS if x in arms], 2):
+            r, lo, hi = correlation(arms[a], arms[b])
+            lines.append(f"| {study} | {a} − {b} | {len(arms[a])} | {_fmt(r, True)} {_ci(lo, hi)} | "
+                         f"{_fmt(variance_ratio(arms[a], arms[b]))} |")
+            if not study.endswith(CONTROL):
+                by_pair.setdefault(f"{a} − {b}", []).append((arms[a], arms[b]))
+    lines += ["", "| arm pair, pooled over the mismatch studies | df | r [95%] | variance ratio |",
+              "|---|---|---|---|"]
+    out = {}
+    all_pairs = [p for ps in by_pair.values() for p in ps]
+    for name, pairs in [*by_pair.items(), ("every arm pair", all_pairs)]:
+        r, lo, hi, df = pooled(pairs)
+        va = sum(float(((a - a.mean()) ** 2).sum()) for a, _ in pairs)
+        vb = sum(float(((b - b.mean()) ** 2).sum()) for _, b in pairs)
+        vd = sum(float((((a - b) - (a - b).mean()) ** 2).sum()) for a, b in pairs)
+        lines.append(f"| {name} | {df} | {_fmt(r, True)} {_ci(lo, hi)} | {_fmt(vd / (va + vb))} |")
+        out[name] = (r, lo, hi, df)
+    return "\n".join(lines), out
+
+
+# -- run folders ----------------------------------------------------------------------------------
+def sweep_finals(sweep) -> dict[str, dict[int, float]]:
+    """Per method and seed: the run's final ``avg`` mean@k (the last evaluated step)."""
+    out: dict[str, dict[int, float]] = {}
+    for run in sweep.evaluated_runs:
+        curve = sweep.avg_scores.loc[run]
+        out.setdefault(sweep.runs.at[run, "method"], {})[int(sweep.runs.at[run, "seed"])] = float(curve.iloc[-1])
+    return out
+
+
+def first_differing_step(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = BATCH_METRICS) -> int | None:
+    """First train step where any of ``metrics`` differs between two runs (None: never within both)."""
+    steps = sorted(set(a.index) & set(b.index))
+    for step in steps:
+        if any(a.at[step, m] != b.at[step, m] for m in metrics):
+            return int(step)
+    return None
+
+
+def trajectory_table(sweep) -> str:
+    """Markdown: per arm pair and seed, the first differing step and the curve correlation."""
+    train = sweep.train.set_index(["run", "step"]).sort_index()
+    runs = {(sweep.runs.at[r, "method"], int(sweep.runs.at[r, "seed"])): r for r in sweep.runs.index}
+    methods = [m for m in ARMS if any(k[0] == m for k in runs)]
+    seeds = sorted({s for _, s in runs})
+
+    def curve(run: str) -> pd.Series:
+        return train.loc[run]["critic/score/mean"].rolling(20, min_periods=1).mean()
+
+    lines = ["| arm pair | seed | first differing step | r of the score curves (same seed) | "
+             "r, different seeds (mean) |", "|---|---|---|---|---|"]
+    for a, b in combinations(methods, 2):
+        for s in seeds:
+            if (a, s) not in runs or (b, s) not in runs:
+                continue
+            ra, rb = runs[(a, s)], runs[(b, s)]
+            first = first_differing_step(train.loc[ra], train.loc[rb])
+            same = float(np.corrcoef(curve(ra), curve(rb))[0, 1])
+            others = [float(np.corrcoef(curve(ra), curve(runs[(b, t)]))[0, 1]) for t in seeds
+                      if t != s and (b, t) in runs]
+            lines.append(f"| {a} − {b} | {s} | {first if first is not None else 'never'} | {same:+.3f} | "
+                         f"{np.mean(others):+.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweeps", nargs="*", type=Path, help="sweep folders to measure")
+    parser.add_argument("--doc", action="store_true", help=f"measure the seeds published in {DOC.name}")
+    parser.add_argument("--write", action="store_true", help="write the --doc table into docs/statistics.md")
+    args = parser.parse_args(argv)
+    if args.doc:
+        text, _ = correlation_table(doc_finals(DOC.read_text()))
+        text = (f"Measured with `python benchmarks/seed_pairing.py --doc --write` from the seeds' finals in "
+                f"`docs/drift_study.md` (two decimals, seed order 1..S).\n\n{text}")
+        print(text)
+        if args.write:
+            doc = STATS_DOC.read_text()
+            if START not in doc or END not in doc:
+                raise SystemExit(f"{STATS_DOC}: the markers {START} and {END} are missing")
+            STATS_DOC.write_text(re.sub(re.escape(START) + ".*?" + re.escape(END),
+                                        lambda _: f"{START}\n{text}\n{END}", doc, flags=re.S))
+    if args.sweeps:
+        from analysis.load import load_sweep
+
+        for path in args.sweeps:
+            sweep = load_sweep(path)
+            finals = sweep_finals(sweep)
+            common = sorted(set.intersection(*(set(v) for v in finals.values())))
+            arrays = {m: np.array([finals[m][s] for s in common]) for m in finals}
+            print(f"\n{path} (seeds {common}): finals {({m: np.round(v, 3).tolist() for m, v in arrays.items()})}")
+            print(correlation_table({path.name: arrays})[0].split("\n\n")[0])
+            print()
+            print(trajectory_table(sweep))
+    if not args.doc and not args.sweeps:
+        parser.error("give --doc or sweep folders")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
