@@ -19,7 +19,18 @@ Two sources, one table each:
   correlation over steps of the two arms' 20-step moving averages of ``critic/score/mean``
   (against the same arms on different seeds as a baseline).
 
-    python benchmarks/seed_pairing.py --doc [--write]
+``--reread`` (with ``--doc``): the drift study's comparisons re-read from the same finals, run
+level (the per-seed finals are all the document keeps; the problem part, 3-12% of the variance in
+the calibration's sweeps, is left out, so both tests here are a little optimistic alike): the
+unpaired Student t on the seeds' finals (``2S - 2`` df) and the paired t on their per-seed
+differences (``S - 1`` df, ``scipy.stats.ttest_rel``), each with its 80%-power minimum detectable
+difference (``analysis.seeds.minimum_detectable``); and the seed pairs a study would need to
+detect a true difference delta with 80% power at the 5% level, ``n`` the smallest with
+``(t_.975,n-1 + t_.80,n-1) sd_d / sqrt(n) <= delta`` (paired; ``sd_d`` the sd of the per-seed
+differences pooled within the mismatch studies) or ``(t_.975,2n-2 + t_.80,2n-2)
+sqrt((sd_a^2 + sd_b^2) / n) <= delta`` (unpaired, seeds per arm).
+
+    python benchmarks/seed_pairing.py --doc [--reread] [--write]
     python benchmarks/seed_pairing.py /tmp/r20/drift_study/default
 """
 
@@ -34,10 +45,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "drift_study.md"
 STATS_DOC = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
 START, END = "<!-- pairing:start -->", "<!-- pairing:end -->"
+REREAD_START, REREAD_END = "<!-- paired-reread:start -->", "<!-- paired-reread:end -->"
+DELTAS = (0.1, 0.2, 0.3, 0.4)  # the published effect sizes (verl PR #8010, the paper's 30B run)
+NEEDED_PAIRS = (("sc", "pg"), ("sc", "tis"), ("tis", "pg"), ("sc_tis", "pg"), ("sc_tis", "tis"), ("sc_tis", "sc"))
 ARMS = ("pg", "tis", "sc", "sc_tis")
 CONTROL = "on_policy"
 BATCH_METRICS = ("critic/score/mean", "response_length/mean")
@@ -132,6 +147,69 @@ def correlation_table(finals: dict[str, dict[str, np.ndarray]]) -> tuple[str, di
     return "\n".join(lines), out
 
 
+# -- the studies re-read with the paired test ---------------------------------------------------------
+def mde80(se: float, df: float) -> float:
+    """``(t_.975,df + t_.80,df) se`` (as ``analysis.seeds.minimum_detectable``)."""
+    return float((stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se)
+
+
+def reread_table(finals: dict[str, dict[str, np.ndarray]]) -> str:
+    """Markdown: per mismatch study and arm pair (a − b, as the drift study orders them), both run-level tests."""
+    lines = ["| study | a − b | diff | unpaired: p, mde80 | paired: 95% CI | paired: p, mde80 | r |",
+             "|---|---|---|---|---|---|---|"]
+    for study, arms in finals.items():
+        if study.endswith(CONTROL):
+            continue
+        for a, b in NEEDED_PAIRS:
+            if a not in arms or b not in arms:
+                continue
+            x, y = arms[a], arms[b]
+            s = len(x)
+            un = stats.ttest_ind(x, y)
+            se_un = float(np.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / s))
+            pa = stats.ttest_rel(x, y)
+            se_pa = float(np.std(x - y, ddof=1) / np.sqrt(s))
+            ci = pa.confidence_interval(0.95)
+            lines.append(f"| {study} | {a} − {b} | {x.mean() - y.mean():+.3f} | {un.pvalue:.3f}, "
+                         f"{mde80(se_un, 2 * s - 2):.2f} | [{ci.low:+.2f}, {ci.high:+.2f}] | {pa.pvalue:.3f}, "
+                         f"{mde80(se_pa, s - 1):.2f} | {correlation(x, y)[0]:+.2f} |")
+    return "\n".join(lines)
+
+
+def pairs_needed(sd: float, delta: float, paired: bool, cap: int = 1000) -> int:
+    """Smallest n (seed pairs, or seeds per arm unpaired with ``sd`` = sqrt(sd_a^2 + sd_b^2)) with mde80 <= delta."""
+    for n in range(2, cap + 1):
+        df = n - 1 if paired else 2 * n - 2
+        if mde80(sd / np.sqrt(n), df) <= delta:
+            return n
+    return cap
+
+
+def needed_table(finals: dict[str, dict[str, np.ndarray]]) -> str:
+    """Markdown: the seed pairs (and unpaired seeds per arm) to detect each delta of :data:`DELTAS`."""
+    head = " / ".join(f"+{d:.1f}" for d in DELTAS)
+    lines = [f"| a − b | pooled sd of per-seed differences (df) | sd_a, sd_b | seed pairs for {head} | "
+             f"seeds per arm, unpaired, for {head} |", "|---|---|---|---|---|"]
+    for a, b in NEEDED_PAIRS:
+        studies = [arms for study, arms in finals.items() if not study.endswith(CONTROL) and a in arms and b in arms]
+        df = sum(len(arms[a]) - 1 for arms in studies)
+        sd_d = np.sqrt(sum(np.var(arms[a] - arms[b], ddof=1) * (len(arms[a]) - 1) for arms in studies) / df)
+        sd_a = np.sqrt(sum(np.var(arms[a], ddof=1) * (len(arms[a]) - 1) for arms in studies) / df)
+        sd_b = np.sqrt(sum(np.var(arms[b], ddof=1) * (len(arms[b]) - 1) for arms in studies) / df)
+        paired = " / ".join(str(pairs_needed(sd_d, d, True)) for d in DELTAS)
+        unpaired = " / ".join(str(pairs_needed(np.hypot(sd_a, sd_b), d, False)) for d in DELTAS)
+        lines.append(f"| {a} − {b} | {sd_d:.3f} ({df}) | {sd_a:.3f}, {sd_b:.3f} | {paired} | {unpaired} |")
+    return "\n".join(lines)
+
+
+def _write(start: str, end: str, text: str, doc_path: Path) -> None:
+    doc = doc_path.read_text()
+    if start not in doc or end not in doc:
+        raise SystemExit(f"{doc_path}: the markers {start} and {end} are missing")
+    doc_path.write_text(re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", doc,
+                               flags=re.S))
+
+
 # -- run folders ----------------------------------------------------------------------------------
 def sweep_finals(sweep) -> dict[str, dict[int, float]]:
     """Per method and seed: the run's final ``avg`` mean@k (the last evaluated step)."""
@@ -181,19 +259,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="*", type=Path, help="sweep folders to measure")
     parser.add_argument("--doc", action="store_true", help=f"measure the seeds published in {DOC.name}")
-    parser.add_argument("--write", action="store_true", help="write the --doc table into docs/statistics.md")
+    parser.add_argument("--reread", action="store_true", help="with --doc: the comparisons re-read, seeds needed")
+    parser.add_argument("--write", action="store_true",
+                        help="write the --doc table into docs/statistics.md (--reread's into docs/drift_study.md)")
     args = parser.parse_args(argv)
     if args.doc:
-        text, _ = correlation_table(doc_finals(DOC.read_text()))
+        finals = doc_finals(DOC.read_text())
+        text, _ = correlation_table(finals)
         text = (f"Measured with `python benchmarks/seed_pairing.py --doc --write` from the seeds' finals in "
                 f"`docs/drift_study.md` (two decimals, seed order 1..S).\n\n{text}")
         print(text)
         if args.write:
-            doc = STATS_DOC.read_text()
-            if START not in doc or END not in doc:
-                raise SystemExit(f"{STATS_DOC}: the markers {START} and {END} are missing")
-            STATS_DOC.write_text(re.sub(re.escape(START) + ".*?" + re.escape(END),
-                                        lambda _: f"{START}\n{text}\n{END}", doc, flags=re.S))
+            _write(START, END, text, STATS_DOC)
+        if args.reread:
+            reread = (f"Made with `python benchmarks/seed_pairing.py --doc --reread --write` from the seeds' "
+                      f"finals in the tables above (two decimals).\n\n{reread_table(finals)}\n\n"
+                      f"{needed_table(finals)}")
+            print("\n" + reread)
+            if args.write:
+                _write(REREAD_START, REREAD_END, reread, DOC)
     if args.sweeps:
         from analysis.load import load_sweep
 

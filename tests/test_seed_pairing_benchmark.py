@@ -50,3 +50,15 @@ def test_first_differing_step():
     assert first_differing_step(a, b) is None
     b.loc[3, "response_length/mean"] = 6.5
     assert first_differing_step(a, b) == 3
+
+
+def test_pairs_needed_is_the_smallest_n_with_mde80_below_delta():
+    from scipy import stats
+
+    n = seed_pairing.pairs_needed(0.136, 0.1, paired=True)
+    mde = [(stats.t.ppf(0.975, k - 1) + stats.t.ppf(0.8, k - 1)) * 0.136 / np.sqrt(k) for k in (n - 1, n)]
+    assert mde[0] > 0.1 >= mde[1]
+    assert seed_pairing.pairs_needed(0.136, 0.4, paired=True) < n  # larger effects need fewer pairs
+    finals = {"r9 toy": {"pg": np.array([0.2, 0.5, 0.3, 0.6]), "sc": np.array([0.3, 0.55, 0.42, 0.7])}}
+    row = [line for line in seed_pairing.reread_table(finals).splitlines() if "sc − pg" in line][0]
+    assert f"{stats.ttest_rel(finals['r9 toy']['sc'], finals['r9 toy']['pg']).pvalue:.3f}," in row
