@@ -247,9 +247,8 @@ def trajectory_table(sweep) -> str:
                 continue
             ra, rb = runs[(a, s)], runs[(b, s)]
             first = first_differing_step(train.loc[ra], train.loc[rb])
-            same = float(np.corrcoef(curve(ra), curve(rb))[0, 1])
-            others = [float(np.corrcoef(curve(ra), curve(runs[(b, t)]))[0, 1]) for t in seeds
-                      if t != s and (b, t) in runs]
+            same = float(curve(ra).corr(curve(rb)))  # over the steps both runs trained
+            others = [float(curve(ra).corr(curve(runs[(b, t)]))) for t in seeds if t != s and (b, t) in runs]
             lines.append(f"| {a} − {b} | {s} | {first if first is not None else 'never'} | {same:+.3f} | "
                          f"{np.mean(others):+.3f} |")
     return "\n".join(lines)
