@@ -17,7 +17,7 @@ Two sources, one table each:
   sampled batch differs (the first train step where ``critic/score/mean`` or
   ``response_length/mean`` differ: before it both arms trained on the same responses), and the
   correlation over steps of the two arms' 20-step moving averages of ``critic/score/mean``
-  (against the same arms on different seeds as a baseline).
+  (against the same arms on different seeds as a baseline); and both two-level tests side by side.
 
 ``--reread`` (with ``--doc``): the drift study's comparisons re-read from the same finals, run
 level (the per-seed finals are all the document keeps; the problem part, 3-12% of the variance in
@@ -254,6 +254,26 @@ def trajectory_table(sweep) -> str:
     return "\n".join(lines)
 
 
+def both_tests_table(sweep) -> str:
+    """Markdown: per arm pair at the final checkpoint (avg), the unpaired and the paired two-level test side
+    by side (for the record: the report uses the one its design calls for, ``analysis.pairing``)."""
+    from analysis.seeds import diff_paired_two_level, diff_two_level, minimum_detectable
+    from analysis.tables import arm_scores, checkpoint_steps
+
+    arms = arm_scores(sweep, checkpoint_steps(sweep, ["final"]))
+    lines = ["| a − b | diff | unpaired two-level: p, mde80 | paired two-level: 95% CI, p, mde80 |", "|---|---|---|---|"]
+    for a, b in combinations([m for m in ARMS if m in arms], 2):
+        (ra, ya), (rb, yb) = arms[a], arms[b]
+        order_a = np.argsort([sweep.runs.at[r, "seed"] for r in ra])
+        order_b = np.argsort([sweep.runs.at[r, "seed"] for r in rb])
+        un = diff_two_level(ya, yb, sweep.set_slices)
+        pa = diff_paired_two_level(ya[order_a], yb[order_b], sweep.set_slices)
+        mu, mp = minimum_detectable(un["se"], un["df"])[-1], minimum_detectable(pa["se"], pa["df"])[-1]
+        lines.append(f"| {a} − {b} | {un['estimate'][-1]:+.3f} | {un['p_value'][-1]:.3f}, {mu:.2f} | "
+                     f"[{pa['ci_low'][-1]:+.2f}, {pa['ci_high'][-1]:+.2f}], {pa['p_value'][-1]:.3f}, {mp:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="*", type=Path, help="sweep folders to measure")
@@ -287,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             arrays = {m: np.array([finals[m][s] for s in common]) for m in finals}
             print(f"\n{path} (seeds {common}): finals {({m: np.round(v, 3).tolist() for m, v in arrays.items()})}")
             print(correlation_table({path.name: arrays})[0].split("\n\n")[0])
+            print()
+            print(both_tests_table(sweep))
             print()
             print(trajectory_table(sweep))
     if not args.doc and not args.sweeps:
