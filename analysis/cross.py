@@ -3,10 +3,13 @@
 A scenario study puts each mismatch scenario in its own sweep folder (``results/<study>_<scenario>/``),
 and its most useful question crosses them: does an arm under mismatch reach what training reaches
 on-policy? :func:`cross_table` answers it with the same two-level test as the within-sweep paired
-table (seeds and problems both enter; the sweeps must share their evaluation problems): on seed
-pairs when the runs' records make the two arms seed pairs (:mod:`analysis.pairing`; runs of one
-seed in two scenarios share the prompt order and sampler draws just as two arms of one sweep do),
-else on independent seeds; ``test`` and ``pairs`` say which. It adds ``mde80``: the smallest true difference the test would detect
+table (seeds and problems both enter; the sweeps must share their evaluation problems). Within one
+sweep (the reference sweep's own arms) it pairs the runs by seed where the records allow
+(:mod:`analysis.pairing`), as the paired table does; across sweeps it treats the seeds as
+independent: another scenario changes the sampler from the first token, so the runs of one seed
+share little but the prompt order (the drift study's finals of kv4 and bf16_compute arms against
+on-policy PG correlate −0.60 to +0.30 across seeds, ``benchmarks/seed_pairing.py --doc --reread``),
+and pairing would only cost degrees of freedom. ``test`` and ``pairs`` say which. It adds ``mde80``: the smallest true difference the test would detect
 with 80% power at this variance, ``(t_{0.975, df} + t_{0.80, df}) x se``, so a "no effect" reads as
 "no effect larger than mde80".
 
@@ -24,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import Sweep, load_sweep
-from analysis.pairing import arm_design, compare
+from analysis.pairing import arm_design, compare, unpaired_design
 from analysis.seeds import minimum_detectable
 from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, arm_scores, checkpoint_steps, set_labels
 
@@ -60,7 +63,8 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
             if len(runs) < 2 or len(ref_runs) < 2:
                 raise ValueError(f"{sweep.root}:{method} has {len(runs)} seed(s), the reference {len(ref_runs)}: "
                                  "two or more are needed for the between-seed variance")
-            design = arm_design(sweep, runs, reference, ref_runs)
+            design = (arm_design(sweep, runs, reference, ref_runs) if sweep.root == reference.root
+                      else unpaired_design(len(runs), len(ref_runs), "runs of different sweeps"))
             t = compare(y, y_ref, design, reference.set_slices)
             mde = minimum_detectable(t["se"], t["df"])
             means = [y[:, s].mean() for s in reference.set_slices]

@@ -78,6 +78,11 @@ def seed_design(seeds_a: Sequence[int], fixes_a: Sequence[Mapping[str, Any] | No
     return SeedDesign(True, order_a, order_b, tuple(sa), PAIRED_BY_SEED)
 
 
+def unpaired_design(n_a: int, n_b: int, reason: str) -> SeedDesign:
+    """The design of two arms compared as independent seeds, for ``reason``."""
+    return SeedDesign(False, tuple(range(n_a)), tuple(range(n_b)), (), f"unpaired: {reason}")
+
+
 def arm_design(sweep_a: Sweep, runs_a: Sequence[str], sweep_b: Sweep, runs_b: Sequence[str]) -> SeedDesign:
     """:func:`seed_design` of the runs ``runs_a`` of ``sweep_a`` against ``runs_b`` of ``sweep_b`` (seeds and
     ``run.seed_fixes`` from the sweeps' ``runs`` tables)."""

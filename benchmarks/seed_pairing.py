@@ -173,6 +173,20 @@ def reread_table(finals: dict[str, dict[str, np.ndarray]]) -> str:
             lines.append(f"| {study} | {a} − {b} | {x.mean() - y.mean():+.3f} | {un.pvalue:.3f}, "
                          f"{mde80(se_un, 2 * s - 2):.2f} | [{ci.low:+.2f}, {ci.high:+.2f}] | {pa.pvalue:.3f}, "
                          f"{mde80(se_pa, s - 1):.2f} | {correlation(x, y)[0]:+.2f} |")
+    controls = {study.split()[0]: arms["pg"] for study, arms in finals.items() if study.endswith(CONTROL)}
+    for study, arms in finals.items():  # across sweeps (analysis.cross): each arm against on-policy PG
+        control = controls.get(study.split()[0])
+        if study.endswith(CONTROL) or control is None or "r3" not in study:
+            continue
+        for a in [x for x in ARMS if x in arms]:
+            x, y, s = arms[a], control, len(control)
+            un, pa = stats.ttest_ind(x, y), stats.ttest_rel(x, y)
+            se_un = float(np.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / s))
+            se_pa = float(np.std(x - y, ddof=1) / np.sqrt(s))
+            ci = pa.confidence_interval(0.95)
+            lines.append(f"| {study} vs r3 on_policy | {a} − on-policy pg | {x.mean() - y.mean():+.3f} | "
+                         f"{un.pvalue:.3f}, {mde80(se_un, 2 * s - 2):.2f} | [{ci.low:+.2f}, {ci.high:+.2f}] | "
+                         f"{pa.pvalue:.3f}, {mde80(se_pa, s - 1):.2f} | {correlation(x, y)[0]:+.2f} |")
     return "\n".join(lines)
 
 

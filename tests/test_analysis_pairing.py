@@ -72,12 +72,17 @@ def test_comparison_md_says_which_test_and_how_many_pairs(tmp_path):
     assert "paired t (3 pairs)" in text and "mde80" in text and PAIRED_TWO_LEVEL in text
 
 
-def test_cross_table_pairs_runs_of_one_seed_across_sweeps(tmp_path):
-    a_dir, ya, _ = _sweep(tmp_path, "a", rng_seed=1)
+def test_cross_table_pairs_within_a_sweep_not_across_sweeps(tmp_path):
+    a_dir, ya, yb_a = _sweep(tmp_path, "a", rng_seed=1)
     b_dir, _, yb = _sweep(tmp_path, "b", rng_seed=2)
-    table = cross_table(load_sweep(a_dir), "pg", [load_sweep(b_dir)]).set_index(["method", "data_source"])
-    row = table.loc[("sc", "avg")]
-    t = diff_paired_two_level(yb, ya, SLICES)
-    assert row["test"] == PAIRED_TWO_LEVEL and row["pairs"] == 3
-    assert row["p_value"] == pytest.approx(t["p_value"][-1], rel=1e-12)
-    assert row["mde80"] == pytest.approx(minimum_detectable(t["se"], t["df"])[-1])
+    reference = load_sweep(a_dir)
+    table = cross_table(reference, "pg", [reference, load_sweep(b_dir)]).set_index(["sweep", "method", "data_source"])
+    within = table.loc[("a", "sc", "avg")]  # the reference sweep's own arm: seed pairs
+    t = diff_paired_two_level(yb_a, ya, SLICES)
+    assert within["test"] == PAIRED_TWO_LEVEL and within["pairs"] == 3
+    assert within["p_value"] == pytest.approx(t["p_value"][-1], rel=1e-12)
+    assert within["mde80"] == pytest.approx(minimum_detectable(t["se"], t["df"])[-1])
+    across = table.loc[("b", "sc", "avg")]  # another sweep (scenario): independent seeds
+    u = diff_two_level(yb, ya, SLICES)
+    assert across["test"] == TWO_LEVEL and across["pairs"] == 0
+    assert across["p_value"] == pytest.approx(u["p_value"][-1], rel=1e-12)
