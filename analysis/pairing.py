@@ -87,7 +87,8 @@ def arm_design(sweep_a: Sweep, runs_a: Sequence[str], sweep_b: Sweep, runs_b: Se
     """:func:`seed_design` of the runs ``runs_a`` of ``sweep_a`` against ``runs_b`` of ``sweep_b`` (seeds and
     ``run.seed_fixes`` from the sweeps' ``runs`` tables)."""
     def fixes(sweep: Sweep, runs: Sequence[str]) -> list[Mapping[str, Any] | None]:
-        return [sweep.runs.at[r, "seed_fixes"] if "seed_fixes" in sweep.runs else None for r in runs]
+        cells = [sweep.runs.at[r, "seed_fixes"] if "seed_fixes" in sweep.runs else None for r in runs]
+        return [c if isinstance(c, Mapping) else None for c in cells]  # a missing record may read as NaN
 
     return seed_design([int(sweep_a.runs.at[r, "seed"]) for r in runs_a], fixes(sweep_a, runs_a),
                        [int(sweep_b.runs.at[r, "seed"]) for r in runs_b], fixes(sweep_b, runs_b))
