@@ -6,7 +6,9 @@ One topic per module; importing this package imports none of them (the contract 
 - :mod:`analysis.load` — ``load_sweep(sweep_dir, strict=False) -> Sweep``: the tidy table of correct counts
   per (run, step, repeat, set, problem) that everything else reads (raises ``SweepError``)
 - :mod:`analysis.stats` — problem-level mean@k, standard errors, bootstrap, sign-flip test, pass@k, moving average
-- :mod:`analysis.seeds` — two-level (seeds and problems) intervals and tests for methods with >= 2 seeds
+- :mod:`analysis.seeds` — two-level (seeds and problems) intervals and tests for methods with >= 2 seeds,
+  unpaired and on seed pairs; the minimum detectable difference
+- :mod:`analysis.pairing` — whether two arms' runs are seed pairs (from ``run.seed_fixes``), and the test it calls for
 - :mod:`analysis.tables` — comparison, seed aggregates, paired, pass@k, curve, test-retest and per-problem tables
 - :mod:`analysis.plots` — eval_curves, train_curves, per_problem figures
 - :mod:`analysis.report` — ``build_report`` / ``write_report``; ``python -m analysis SWEEP_DIR``

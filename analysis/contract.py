@@ -14,6 +14,9 @@ What is checked (schema_version 1):
   ``last_step`` equals the last train step; a finished run trained ``total_steps`` steps;
   ``config_sha256`` is the sha256 of ``config.yaml`` (else ``config.yaml`` was edited after the run
   wrote it: ``runners.run_record.config_edited``).
+  Optional ``seed_fixes`` (what the seed fixes; records before it lack it): ``streams`` a sorted
+  list of stream names of ``runners.run_contract.SEED_STREAMS``, ``how`` a string per stream,
+  ``not_fixed`` an object of strings, ``reproducible`` a boolean.
 - ``attempts``: a list (non-empty once there are train rows) of objects with ISO-8601
   ``started``, ``ended`` (ISO-8601 or null, null only for the last attempt), integer
   ``start_step``, ``end_step`` (integer >= ``start_step`` or null) and ``status``; a run that is
@@ -69,6 +72,7 @@ from runners.run_contract import (  # noqa: F401 - the contract's names, re-expo
     SAMPLE_FIELDS,
     SC_TRAIN_METRICS,
     SCHEMA_VERSION,
+    SEED_STREAMS,
     TIS_TRAIN_METRICS,
     VAL_CORE_RE,
     VAL_DIR,
@@ -268,7 +272,27 @@ def _check_run_section(run: Any, train_steps: list[int], path: Path, issues: _Is
         elif status == "finished" and last_train != total:
             issues.add(path, f"run.status is 'finished' but train stops at step {last_train} of "
                              f"run.total_steps {total}")
+    if "seed_fixes" in run:
+        _check_seed_fixes(run["seed_fixes"], path, issues)
     _check_attempts(run.get("attempts"), status, last_train, path, issues)
+
+
+def _check_seed_fixes(fixes: Any, path: Path, issues: _Issues) -> None:
+    """Optional ``run.seed_fixes`` (``runners.run_contract.seed_fixes_record``)."""
+    if not isinstance(fixes, dict):
+        issues.add(path, f"run.seed_fixes must be an object, got {type(fixes).__name__}")
+        return
+    streams, how, not_fixed = fixes.get("streams"), fixes.get("how"), fixes.get("not_fixed")
+    if not isinstance(streams, list) or not all(isinstance(x, str) and x in SEED_STREAMS for x in streams):
+        issues.add(path, f"run.seed_fixes.streams must be a list of {', '.join(SEED_STREAMS)}, got {streams!r}")
+    elif streams != sorted(set(streams)):
+        issues.add(path, f"run.seed_fixes.streams must be sorted and without repeats, got {streams!r}")
+    elif not isinstance(how, dict) or sorted(how) != streams or not all(isinstance(v, str) for v in how.values()):
+        issues.add(path, "run.seed_fixes.how must map each of run.seed_fixes.streams to a string")
+    if not isinstance(not_fixed, dict) or not all(isinstance(v, str) for v in not_fixed.values()):
+        issues.add(path, f"run.seed_fixes.not_fixed must be an object of strings, got {not_fixed!r}")
+    if not isinstance(fixes.get("reproducible"), bool):
+        issues.add(path, f"run.seed_fixes.reproducible must be true or false, got {fixes.get('reproducible')!r}")
 
 
 def _check_attempts(attempts: Any, status: Any, last_train: int, path: Path, issues: _Issues) -> None:

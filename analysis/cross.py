@@ -3,8 +3,13 @@
 A scenario study puts each mismatch scenario in its own sweep folder (``results/<study>_<scenario>/``),
 and its most useful question crosses them: does an arm under mismatch reach what training reaches
 on-policy? :func:`cross_table` answers it with the same two-level test as the within-sweep paired
-table (:func:`analysis.seeds.diff_two_level`: seeds and problems both enter; the sweeps must share
-their evaluation problems), and adds ``mde80``: the smallest true difference the test would detect
+table (seeds and problems both enter; the sweeps must share their evaluation problems). Within one
+sweep (the reference sweep's own arms) it pairs the runs by seed where the records allow
+(:mod:`analysis.pairing`), as the paired table does; across sweeps it treats the seeds as
+independent: another scenario changes the sampler from the first token, so the runs of one seed
+share little but the prompt order (the drift study's finals of kv4 and bf16_compute arms against
+on-policy PG correlate −0.60 to +0.30 across seeds, ``benchmarks/seed_pairing.py --doc --reread``),
+and pairing would only cost degrees of freedom. ``test`` and ``pairs`` say which. It adds ``mde80``: the smallest true difference the test would detect
 with 80% power at this variance, ``(t_{0.975, df} + t_{0.80, df}) x se``, so a "no effect" reads as
 "no effect larger than mde80".
 
@@ -20,23 +25,20 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis.load import Sweep, load_sweep
-from analysis.seeds import diff_two_level
-from analysis.tables import arm_scores, checkpoint_steps, set_labels
+from analysis.pairing import arm_design, compare, unpaired_design
+from analysis.seeds import minimum_detectable
+from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, arm_scores, checkpoint_steps, set_labels
+
+__all__ = ["CROSS_COLUMNS", "cross_table", "main", "minimum_detectable"]
 
 CROSS_COLUMNS = ["sweep", "method", "reference", "data_source", "checkpoint", "seeds", "reference_seeds",
-                 "mean", "reference_mean", "diff", "ci_low", "ci_high", "p_value", "df", "mde80"]
+                 "mean", "reference_mean", "diff", "ci_low", "ci_high", "p_value", "df", "mde80", "test", "pairs"]
 
 
 def _problems(sweep: Sweep) -> list[str]:
     return [str(p) for p in sweep.correct.columns]
-
-
-def minimum_detectable(se: np.ndarray, df: np.ndarray, power: float = 0.8, level: float = 0.95) -> np.ndarray:
-    """Smallest true difference a two-sided t test at ``level`` detects with probability ``power``."""
-    return (stats.t.ppf((1 + level) / 2, df) + stats.t.ppf(power, df)) * se
 
 
 def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep], checkpoint: str = "final"
@@ -61,7 +63,9 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
             if len(runs) < 2 or len(ref_runs) < 2:
                 raise ValueError(f"{sweep.root}:{method} has {len(runs)} seed(s), the reference {len(ref_runs)}: "
                                  "two or more are needed for the between-seed variance")
-            t = diff_two_level(y, y_ref, reference.set_slices)
+            design = (arm_design(sweep, runs, reference, ref_runs) if sweep.root == reference.root
+                      else unpaired_design(len(runs), len(ref_runs), "runs of different sweeps"))
+            t = compare(y, y_ref, design, reference.set_slices)
             mde = minimum_detectable(t["se"], t["df"])
             means = [y[:, s].mean() for s in reference.set_slices]
             ref_means = [y_ref[:, s].mean() for s in reference.set_slices]
@@ -73,7 +77,8 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
                              "checkpoint": checkpoint, "seeds": len(runs), "reference_seeds": len(ref_runs),
                              "mean": mean, "reference_mean": ref_mean, "diff": t["estimate"][j],
                              "ci_low": t["ci_low"][j], "ci_high": t["ci_high"][j], "p_value": t["p_value"][j],
-                             "df": t["df"][j], "mde80": mde[j]})
+                             "df": t["df"][j], "mde80": mde[j],
+                             "test": PAIRED_TWO_LEVEL if design.paired else TWO_LEVEL, "pairs": design.pairs})
     return pd.DataFrame(rows, columns=CROSS_COLUMNS)
 
 

@@ -62,7 +62,8 @@ class Sweep:
     """A loaded sweep.
 
     - ``runs``: one row per run (index ``run``): method, seed, backend, status, total_steps,
-      last_step, n_evals, last_eval_step, in_progress, path; ordered by method then seed.
+      last_step, n_evals, last_eval_step, in_progress, path, seed_fixes (the record's
+      ``run.seed_fixes`` or None); ordered by method then seed.
     - ``train``: one row per (run, step) with every train metric (NaN where null or absent).
     - ``val``: the ``val`` rows of metrics.json, one per (run, step).
     - ``samples``: one row per generated sample of every evaluation (the jsonl lines) with run,
@@ -240,6 +241,7 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
             "status": run["status"], "total_steps": run["total_steps"], "last_step": run["last_step"],
             "n_evals": len(val), "last_eval_step": val[-1]["step"] if val else np.nan,
             "in_progress": run["status"] == "running", "path": str(d.run_dir),
+            "seed_fixes": run.get("seed_fixes"),
         })
         train = pd.DataFrame(d.metrics["train"], dtype=float)
         if train.empty:

@@ -23,6 +23,7 @@ from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
 from analysis.tables import (
     ALPHA,
     AVG,
+    PAIRED_TWO_LEVEL,
     SINGLE_SEED,
     TWO_LEVEL,
     checkpoint_note,
@@ -255,7 +256,13 @@ def _paired_section(report: Report) -> list[str]:
            "diff = mean over problems of (method a's per-problem mean@k − method b's), the problems "
            "aligned by problem_id, a method's seeds averaged. "
            f"With ≥ 2 seeds in both methods: *{TWO_LEVEL}* — se from the spread of the seeds' scores plus "
-           "the method × problem part, t interval and two-sided t-test (docs/statistics.md). "
+           "the method × problem part, t interval and two-sided t-test (docs/statistics.md); when the runs' "
+           "records make the two methods' runs seed pairs (the same seeds, each seed fixing the same prompt "
+           f"order and random streams in both: `run.seed_fixes`), *{PAIRED_TWO_LEVEL}* instead — the seed "
+           "part from the spread of the per-seed differences, so what a shared seed explains is not counted "
+           "as noise. The design decides which test a row uses, never the p-value; `test`, `pairs` and "
+           "`pairing` in paired.csv say which and why. mde80: the smallest true difference the row's test "
+           "detects with 80% power. "
            f"Otherwise *{SINGLE_SEED}*: a 95% paired bootstrap interval over problems and a sign-flip p "
            "over problems, which say how precisely these runs were evaluated, not whether the methods differ. "
            "Verdict (two-level rows): *distinguishable* when p < "
@@ -269,17 +276,22 @@ def _paired_section(report: Report) -> list[str]:
         rows, dist = [], []
         for r in p.itertuples(index=False):
             v = r.verdict
+            test = f"paired t ({r.pairs} pairs)" if r.pairs else "t" if r.seed_variance else "bootstrap"
             rows.append([f"{r.method_a} − {r.method_b}", r.data_source, f"{r.seeds_a} / {r.seeds_b}",
                          f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", _p(r.p_value), str(r.n_problems),
-                         "t" if r.seed_variance else "bootstrap", "yes" if r.seed_variance else "no", v])
+                         test, _f(r.mde80), "yes" if r.seed_variance else "no", v])
             if v == "distinguishable":
                 higher = r.method_a if r.diff > 0 else r.method_b
                 dist.append(f"- {r.data_source}: {r.method_a} − {r.method_b} = {r.diff:+.3f} "
                             f"(95% CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], p {_p(r.p_value, eq=True)}, "
                             f"{r.seeds_a} and {r.seeds_b} seeds): **{higher} is higher**")
         out += [f"### `{label}` checkpoint", "",
-                _md_table(["a − b", "set", "seeds a / b", "diff", "95% CI", "p", "problems", "method",
+                _md_table(["a − b", "set", "seeds a / b", "diff", "95% CI", "p", "problems", "test", "mde80",
                            "between-seed variance", "verdict"], rows), ""]
+        unpaired = dict.fromkeys(r.pairing for r in p.itertuples(index=False)
+                                 if r.seed_variance and not r.pairs)
+        if unpaired:
+            out += ["Unpaired two-level rows (independent seeds): " + "; ".join(unpaired) + ".", ""]
         tested = int(p["seed_variance"].sum())
         if dist:
             out += [f"Distinguishable from noise at the `{label}` checkpoint ({len(dist)} of {tested} "

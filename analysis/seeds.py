@@ -34,6 +34,28 @@ runs x problems, one observation per cell):
 - ``avg`` over m sets (the mean of the set means): the seed part is computed on the runs' avg
   scores (a seed effect is shared by the sets), the problem part is ``sum_s V_prob,s / m^2``.
 
+Seed pairs (:func:`diff_paired_two_level`). When run s of arm A and run s of arm B share their seed
+and the seed fixes common random numbers (the same prompts in the same order, the same sampler
+draws: ``run.seed_fixes``, :mod:`analysis.pairing`), ``u_As`` and ``u_Bs`` are correlated and the
+per-seed differences ``D[s, j] = Y_A[s, j] - Y_B[s, j]`` are the observations: ``D`` is analysed as
+one arm's matrix by :func:`mean_two_level`. Estimate ``mean(D)`` (the same as the unpaired one for
+equal seed counts); seed part ``var_s(d_s, ddof=1) / S`` of the per-seed run differences
+``d_s = mean_j D[s, j]``, at ``S - 1`` df: it equals ``V_seed,A + V_seed,B - 2 cov_s(r_A, r_B) / S``,
+so whatever the shared seed explains leaves the variance, and a negative or zero correlation costs
+only the ``S - 1`` df lost against ``2S - 2``. Problem part as for the unpaired difference,
+``max(0, var_j(mean_s D[:, j]) - MS_D / S) / n``, with the noise ``MS_D`` the residual mean square of
+``D`` itself (the noise of a difference of paired runs; ``MS_A + MS_B`` would count the shared part
+twice). Degrees of freedom: ``S - 1``, those of the seed pairs, whatever the problem part (the
+containment rule for a contrast that varies between seeds): Satterthwaite's df, as for the
+unpaired test, made the paired test liberal at few seeds, because with a 1-2 df seed part the
+runs that reject are those whose seed part came out small, when the problem part dominates and
+the df jump (FPR 0.096 at 2 seeds and 0.067 at 3, seed-effect correlation 0, run sd 0.07;
+``python benchmarks/calibration.py --paired-only --paired-df satterthwaite``). With ``S - 1`` df
+the test can only be conservative (the problem part adds variance) and is the paired t-test on the
+run scores when V_prob = 0 (``scipy.stats.ttest_rel``, checked in the tests). Which of the two
+tests a comparison uses is fixed by the design (are the runs seed pairs? :mod:`analysis.pairing`),
+never by the data.
+
 Why this method. Between-seed variance is the largest noise in RL fine-tuning on AIME-sized sets
 ("A Sober Look at Progress in LM Reasoning", Hochlehnert et al. 2025: single-seed swings of
 several points), and it can only be estimated from several runs, so the test statistic's
@@ -187,3 +209,32 @@ def diff_two_level(ya: np.ndarray, yb: np.ndarray, slices: Sequence[slice], leve
     df = _df(v_prob, ya.shape[-1] - len(slices), va, sa, vb, sb)
     parts.append(_finish(avg_a.mean(axis=-1) - avg_b.mean(axis=-1), va + vb, v_prob, df, level))
     return _stack(parts)
+
+
+def diff_paired_two_level(ya: np.ndarray, yb: np.ndarray, slices: Sequence[slice], level: float = LEVEL,
+                          df_rule: str = "seeds") -> dict[str, np.ndarray]:
+    """Two-level interval and test of ``mean(A) - mean(B)`` for seed pairs (module docstring, "Seed pairs").
+
+    ``ya``, ``yb`` (..., S, n) with S >= 2 and row s of both arms the runs of one seed, the same
+    problems in the same columns: the estimate and variance of :func:`mean_two_level` of ``ya - yb``.
+    ``df_rule="seeds"`` (the report's): the t reference has ``S - 1`` df, the seed pairs' (module
+    docstring); ``"satterthwaite"``: :func:`mean_two_level`'s df, kept to reproduce the calibration
+    that rejected it. Returns the arrays of :data:`FIELDS`, shape ``(len(slices) + 1,) + leading``.
+    """
+    ya, yb = _check(ya, "ya"), _check(yb, "yb")
+    if ya.shape != yb.shape:
+        raise ValueError(f"seed pairs need one run of each arm per seed and the same problems: {ya.shape} vs "
+                         f"{yb.shape}")
+    if df_rule not in ("seeds", "satterthwaite"):
+        raise ValueError(f"df_rule must be 'seeds' or 'satterthwaite', got {df_rule!r}")
+    t = mean_two_level(ya - yb, slices, level)
+    if df_rule == "satterthwaite":
+        return t
+    df = np.full(t["estimate"].shape, float(ya.shape[-2] - 1))
+    return _finish(t["estimate"], t["se_seed"] ** 2, t["se_problem"] ** 2, df, level)
+
+
+def minimum_detectable(se: np.ndarray, df: np.ndarray, power: float = 0.8, level: float = LEVEL) -> np.ndarray:
+    """Smallest true difference a two-sided t test at ``level`` detects with probability ``power``:
+    ``(t_{(1+level)/2, df} + t_{power, df}) x se``."""
+    return (stats.t.ppf((1 + level) / 2, df) + stats.t.ppf(power, df)) * se

@@ -134,6 +134,7 @@ def write_run(
     rng_seed: int = 0,
     repeat_evals: Mapping[int, Sequence[Mapping[str, np.ndarray]]] | None = None,
     method_cfg: Mapping | None = None,
+    seed_fixes: Mapping | None = None,
 ) -> Path:
     """Write a complete run directory (config.yaml, metrics.json, val/*.jsonl).
 
@@ -144,6 +145,7 @@ def write_run(
     ("running" leaves the attempt open). ``repeat_evals[step]`` lists the correctness matrices of
     repeated evaluations 1, 2, ... of that step (``val/repeat_RR/``; the contract's repeat files).
     ``method_cfg`` is the saved ``method`` section (default :func:`method_config`): the arm's traits.
+    ``seed_fixes``: the record's ``run.seed_fixes`` (default none, as in records before it).
     """
     import yaml
 
@@ -163,6 +165,7 @@ def write_run(
     record = RunRecord.open(
         run_dir, name=run_dir.name, method=method, seed=seed, backend="synthetic", total_steps=total_steps,
         config_sha256=hashlib.sha256(config.encode()).hexdigest(), versions={"project": "synthetic"},
+        seed_fixes=None if seed_fixes is None else dict(seed_fixes),
     )
     record.start_attempt(0)
     for step in range(1, last_step + 1):
@@ -277,6 +280,7 @@ def two_arm_counts(
     seed_sd_logit: float = 0.35,
     shift_logit: float = 0.0,
     difficulty_beta: tuple[float, float] = NULL_DIFFICULTY_BETA,
+    seed_corr: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Correct counts of arms A and B in ``n_sweeps`` independent sweeps, each (n_sweeps, seeds, n_problems).
 
@@ -284,11 +288,16 @@ def two_arm_counts(
     [0.001, 0.999]), logit ``b_j``; run s of arm a has a seed effect ``u_as ~ N(0, seed_sd_logit^2)``
     and solves problem j with probability ``sigmoid(b_j + u_as + shift_logit [arm B only])``;
     counts are ``Binomial(k, that)``. ``shift_logit = 0`` is the null (truly equal arms).
+    ``seed_corr`` = rho in [0, 1): run s of both arms shares its seed, ``u_Bs = rho u_As + sqrt(1 - rho^2) z_s``
+    (correlation rho between the arms' seed effects, each still N(0, seed_sd_logit^2)); rho = 0 draws
+    exactly what independent seeds draw.
     """
+    if not 0.0 <= seed_corr < 1.0:
+        raise ValueError(f"seed_corr must be in [0, 1), got {seed_corr}")
     p = np.clip(rng.beta(*difficulty_beta, size=(n_sweeps, 1, n_problems)), 1e-3, 1 - 1e-3)
     b = np.log(p / (1 - p))
     u_a = rng.normal(0.0, seed_sd_logit, size=(n_sweeps, seeds, 1))
-    u_b = rng.normal(0.0, seed_sd_logit, size=(n_sweeps, seeds, 1))
+    u_b = seed_corr * u_a + np.sqrt(1.0 - seed_corr**2) * rng.normal(0.0, seed_sd_logit, size=(n_sweeps, seeds, 1))
     ca = rng.binomial(k, 1 / (1 + np.exp(-(b + u_a))))
     cb = rng.binomial(k, 1 / (1 + np.exp(-(b + u_b + shift_logit))))
     return ca, cb
@@ -319,15 +328,19 @@ def true_difference(shift_logit: float, *, n_problems: int = 30, seed_sd_logit: 
 
 
 def write_two_arm_sweep(sweep_dir: str | Path, counts_a: np.ndarray, counts_b: np.ndarray, k: int,
-                        methods: tuple[str, str] = ("pg", "sc"), set_name: str = "aime") -> Path:
+                        methods: tuple[str, str] = ("pg", "sc"), set_name: str = "aime",
+                        seed_fixes: Mapping | None = None) -> Path:
     """Write one sweep of :func:`two_arm_counts` (arrays (seeds, n_problems)) as run folders.
 
     One evaluation at step 0 per run, runs ``<method>-seed<s+1>``; the sweep the report reads.
+    ``seed_fixes`` is every run's ``run.seed_fixes`` (default none: the report treats the seeds as
+    independent; a record with ``data_order`` makes row s of both arms a seed pair).
     """
     sweep_dir = Path(sweep_dir)
     problems = {set_name: problem_ids(set_name, counts_a.shape[-1])}
     for method, counts in zip(methods, (counts_a, counts_b), strict=True):
         for s, row in enumerate(np.asarray(counts)):
             write_run(sweep_dir / f"{method}-seed{s + 1}", method=method, seed=s + 1,
-                      evals={0: {set_name: counts_to_acc(row, k)}}, problems=problems, total_steps=0)
+                      evals={0: {set_name: counts_to_acc(row, k)}}, problems=problems, total_steps=0,
+                      seed_fixes=seed_fixes)
     return sweep_dir

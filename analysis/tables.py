@@ -8,8 +8,10 @@ selected on the very sets it is reported on, so it is optimistic. An integer ste
 Seeds. A run's rows describe that run alone: mean@k, se and a percentile bootstrap over problems
 (:mod:`analysis.stats`). A method with >= 2 seeds also gets an aggregate row whose interval counts
 both levels, seeds and problems (:func:`analysis.seeds.mean_two_level`). A paired comparison of
-two methods that both have >= 2 seeds is the two-level t-test and interval of
-:func:`analysis.seeds.diff_two_level` (``seed_variance`` True; significant when p < ``ALPHA``).
+two methods that both have >= 2 seeds is a two-level t-test and interval (``seed_variance`` True;
+significant when p < ``ALPHA``): on seed pairs (:func:`analysis.seeds.diff_paired_two_level`) when
+the runs' records make them pairs (:mod:`analysis.pairing`), else on independent seeds
+(:func:`analysis.seeds.diff_two_level`); the design decides, never the p-value.
 When either method has a single seed the between-seed variance cannot be estimated: the row gives
 the problem-level paired bootstrap interval and sign-flip p-value of the seed-averaged per-problem
 scores, labelled :data:`SINGLE_SEED`, and is never significant. Every statistic reads the repeat-0
@@ -25,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import Sweep, SweepError
-from analysis.seeds import diff_two_level, mean_two_level
+from analysis.pairing import arm_design, compare
+from analysis.seeds import mean_two_level, minimum_detectable
 from analysis.stats import (
     N_FLIP,
     SEED,
@@ -41,11 +44,14 @@ AVG = "avg"
 ALPHA = 0.05
 SINGLE_SEED = "single seed: between-seed variance not estimated"
 TWO_LEVEL = "two-level t (seeds and problems)"
+PAIRED_TWO_LEVEL = "paired two-level t (seed pairs and problems)"
+SINGLE_SEED_PAIRING = "unpaired: a single seed in an arm"
 PROBLEM_LEVEL = "bootstrap over problems"
 COMPARISON_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "k", "n_problems",
                       "mean_at_k", "se", "ci_low", "ci_high", "n_seeds", "interval"]
 PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "ci_low", "ci_high", "p_value",
-                  "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant", "verdict"]
+                  "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant",
+                  "pairs", "pairing", "mde80", "verdict"]
 RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
 CHECKPOINT_NOTES = {
@@ -182,12 +188,17 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
 
     ``diff`` = mean over problems of a's seed-averaged per-problem score minus b's (for ``avg``:
     the mean of the sets' mean differences). Both methods with >= 2 seeds: ``se``, ``df``,
-    ``ci_low/ci_high`` and ``p_value`` of the two-level t (:func:`analysis.seeds.diff_two_level`),
-    ``test`` = :data:`TWO_LEVEL`, ``seed_variance`` True, ``significant`` = p < ``alpha``.
+    ``ci_low/ci_high`` and ``p_value`` of the two-level t the design calls for
+    (:func:`analysis.pairing.arm_design`): seed pairs -> :func:`analysis.seeds.diff_paired_two_level`,
+    ``test`` = :data:`PAIRED_TWO_LEVEL`, ``pairs`` = the number of seed pairs; otherwise
+    :func:`analysis.seeds.diff_two_level`, ``test`` = :data:`TWO_LEVEL`, ``pairs`` = 0; ``pairing``
+    says which and why; ``seed_variance`` True, ``significant`` = p < ``alpha``, ``mde80`` the
+    smallest true difference that test detects with 80% power (:func:`analysis.seeds.minimum_detectable`).
     Otherwise: problem-level se, paired (stratified for ``avg``) percentile bootstrap interval and
     two-sided sign-flip p-value (:func:`analysis.stats.sign_flip_pvalue`), ``df`` NaN, ``test`` =
-    :data:`SINGLE_SEED`, ``seed_variance`` and ``significant`` False. Last, ``verdict``
-    (:func:`paired_verdicts`). Columns :data:`PAIRED_COLUMNS`.
+    :data:`SINGLE_SEED`, ``seed_variance`` and ``significant`` False, ``pairs`` 0, ``pairing``
+    :data:`SINGLE_SEED_PAIRING`, ``mde80`` NaN. Last, ``verdict`` (:func:`paired_verdicts`).
+    Columns :data:`PAIRED_COLUMNS`.
     """
     resampler = resampler or Resampler()
     labels, sizes = set_labels(sweep), set_sizes(sweep)
@@ -199,15 +210,19 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
         methods = [m for m in sweep.methods if m in arms]
         label = cps["checkpoint"].iloc[0] if len(cps) else str(cp)
         for a, b in combinations(methods, 2):
-            (_, ya), (_, yb) = arms[a], arms[b]
+            (runs_a, ya), (runs_b, yb) = arms[a], arms[b]
             base = {"method_a": a, "method_b": b, "checkpoint": label, "seeds_a": len(ya), "seeds_b": len(yb)}
             if len(ya) >= 2 and len(yb) >= 2:
-                t = diff_two_level(ya, yb, sweep.set_slices)
+                design = arm_design(sweep, runs_a, sweep, runs_b)
+                t = compare(ya, yb, design, sweep.set_slices)
+                mde = minimum_detectable(t["se"], t["df"])
+                test = PAIRED_TWO_LEVEL if design.paired else TWO_LEVEL
                 for j, ds in enumerate(labels):
                     rows.append({**base, "data_source": ds, "diff": t["estimate"][j], "ci_low": t["ci_low"][j],
                                  "ci_high": t["ci_high"][j], "p_value": t["p_value"][j], "n_problems": sizes[j],
-                                 "se": t["se"][j], "df": t["df"][j], "test": TWO_LEVEL, "seed_variance": True,
-                                 "significant": bool(t["p_value"][j] < alpha)})
+                                 "se": t["se"][j], "df": t["df"][j], "test": test, "seed_variance": True,
+                                 "significant": bool(t["p_value"][j] < alpha), "pairs": design.pairs,
+                                 "pairing": design.reason, "mde80": mde[j]})
                 continue
             d = ya.mean(axis=0) - yb.mean(axis=0)
             summ = set_summaries(d, sweep.set_slices, resampler)
@@ -219,7 +234,7 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
                 rows.append({**base, "data_source": ds, "diff": summ["mean"][j], "ci_low": summ["ci_low"][j],
                              "ci_high": summ["ci_high"][j], "p_value": p, "n_problems": sizes[j],
                              "se": summ["se"][j], "df": np.nan, "test": SINGLE_SEED, "seed_variance": False,
-                             "significant": False})
+                             "significant": False, "pairs": 0, "pairing": SINGLE_SEED_PAIRING, "mde80": np.nan})
     paired = pd.DataFrame(rows, columns=[c for c in PAIRED_COLUMNS if c != "verdict"])
     return paired.assign(verdict=paired_verdicts(paired, alpha))
 

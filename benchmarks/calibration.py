@@ -17,9 +17,18 @@ N null sweeps (truly equal arms) and N shifted sweeps (arm B better by +0.10 exp
   over problems on the seed-averaged scores, the paired test of the report before seeds were
   counted; for S = 1 the interval the report still shows, labelled single seed).
 
-Writes the table between the calibration markers of ``docs/statistics.md`` (``--write``) and prints it.
+Seed pairs (issue 20; the second table, ``--paired-only --corr``): sweeps whose arms share their seeds, the seed
+effects of run s of both arms correlated at rho (``two_arm_counts(..., seed_corr=rho)``), for 2, 3, 5
+and 10 seeds per arm at a run-accuracy sd of 0.07: FPR at nominal 5% and power against +0.10 of the
+paired test (:func:`analysis.seeds.diff_paired_two_level`, what the report uses for seed pairs) and
+the unpaired one (:func:`analysis.seeds.diff_two_level`), side by side, with each test's mean 80%
+minimum detectable difference and the correlation of the arms' run scores the sweeps show (the
+quantity ``benchmarks/seed_pairing.py`` measures on the studies).
+
+Writes the tables between the calibration markers of ``docs/statistics.md`` (``--write``) and prints them.
 
     python benchmarks/calibration.py [--sweeps 1000] [--write]
+    python benchmarks/calibration.py --paired-only --corr 0,0.3,0.6,0.9,0.57 --sweeps 4000 --write
 """
 
 from __future__ import annotations
@@ -35,13 +44,17 @@ import numpy as np
 from scipy import optimize
 
 from analysis.load import load_sweep
-from analysis.seeds import diff_two_level
+from analysis.seeds import diff_paired_two_level, diff_two_level, minimum_detectable
 from analysis.stats import Resampler, percentile_interval, sign_flip_pvalue
 from analysis.synthetic import run_accuracy_sd, true_difference, two_arm_counts, write_two_arm_sweep
 from analysis.tables import paired_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
+PAIRED_START, PAIRED_END = "<!-- paired-calibration:start -->", "<!-- paired-calibration:end -->"
+PAIRED_SEEDS = (2, 3, 5, 10)
+PAIRED_SEED_SD_LOGIT = 0.5  # run-accuracy sd about 0.07
+CORRELATIONS = (0.0, 0.3, 0.6, 0.9)
 K, N_PROBLEMS, ALPHA, TRUE_DIFF = 8, 30, 0.05, 0.10
 SEEDS = ((1, 1), (2, 2), (3, 3), (5, 5), (10, 10), (3, 5))  # seeds of arm A, arm B
 SEED_SD_LOGIT = (0.2, 0.5)  # run-accuracy sd about 0.03 and 0.07
@@ -125,6 +138,54 @@ def table(cells: list[dict], n: int, seconds: float, command: str) -> str:
     return "\n".join(lines)
 
 
+def paired_cell(seeds: int, rho: float, n: int, rng_seed: int, seed_sd_logit: float = PAIRED_SEED_SD_LOGIT,
+                paired_df: str = "seeds") -> dict:
+    """FPR, power, mean mde80 of the paired and the unpaired test on sweeps of seed pairs correlated at ``rho``."""
+    shift = shift_for(TRUE_DIFF, seed_sd_logit)
+    rng = np.random.default_rng([rng_seed, seeds, round(rho * 1000), 20])
+    kw = {"n_problems": N_PROBLEMS, "k": K, "seed_sd_logit": seed_sd_logit, "seed_corr": rho}
+    null = two_arm_counts(rng, n, seeds, **kw)
+    alt = two_arm_counts(rng, n, seeds, shift_logit=shift, **kw)
+    ra, rb = null[0].mean(axis=-1), null[1].mean(axis=-1)  # run scores (sweeps, seeds)
+    da, db = ra - ra.mean(axis=1, keepdims=True), rb - rb.mean(axis=1, keepdims=True)
+    out = {"seeds": seeds, "rho": rho, "run_corr": float((da * db).sum() / np.sqrt((da**2).sum() * (db**2).sum()))}
+    def paired(yb: np.ndarray, ya: np.ndarray, slices: list[slice]) -> dict[str, np.ndarray]:
+        return diff_paired_two_level(yb, ya, slices, df_rule=paired_df)
+
+    for name, test in (("paired", paired), ("unpaired", diff_two_level)):
+        t0, t1 = test(null[1] / K, null[0] / K, SLICES), test(alt[1] / K, alt[0] / K, SLICES)
+        out[f"{name}_fpr"] = float((t0["p_value"][-1] < ALPHA).mean())
+        out[f"{name}_power"] = float((t1["p_value"][-1] < ALPHA).mean())
+        out[f"{name}_mde80"] = float(minimum_detectable(t1["se"][-1], t1["df"][-1]).mean())
+    return out
+
+
+def seed_pair_table(cells: list[dict], n: int, seconds: float, command: str) -> str:
+    lines = [
+        f"Measured with `{command}` ({n:,} null and {n:,} shifted sweeps per cell; {seconds:.0f} s on the 2-core "
+        f"machine; 30 problems x {K} samples, run-accuracy sd {run_accuracy_sd(PAIRED_SEED_SD_LOGIT):.3f}, "
+        f"true difference +{TRUE_DIFF:.2f}). Monte Carlo se of a rate near 5%: "
+        f"{np.sqrt(ALPHA * (1 - ALPHA) / n):.3f}.", "",
+        "| seeds per arm | seed-effect correlation | run-score correlation | FPR paired | FPR unpaired | "
+        "power paired | power unpaired | mean mde80 paired | mean mde80 unpaired |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        lines.append(f"| {c['seeds']} | {c['rho']:.2f} | {c['run_corr']:.2f} | {c['paired_fpr']:.3f} | "
+                     f"{c['unpaired_fpr']:.3f} | {c['paired_power']:.3f} | {c['unpaired_power']:.3f} | "
+                     f"{c['paired_mde80']:.3f} | {c['unpaired_mde80']:.3f} |")
+    return "\n".join(lines)
+
+
+def _write(start: str, end: str, text: str) -> None:
+    doc = DOC.read_text()
+    if start not in doc or end not in doc:
+        raise SystemExit(f"{DOC}: the markers {start} and {end} are missing")
+    DOC.write_text(re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{text}\n{end}", doc,
+                          flags=re.S))
+    print(f"wrote the table into {DOC}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=1000, help="null and shifted sweeps per cell (default 1000)")
@@ -133,10 +194,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-sweeps", type=int, default=20,
                         help="single-seed sweeps per cell run through the report's own code (default 20)")
     parser.add_argument("--write", action="store_true", help=f"write the table into {DOC.relative_to(DOC.parents[1])}")
+    parser.add_argument("--corr", default=",".join(str(c) for c in CORRELATIONS),
+                        help="seed-effect correlations of the seed-pair table (comma list, each in [0, 1))")
+    parser.add_argument("--paired-only", action="store_true",
+                        help="the seed-pair table (issue 20) instead of the independent-seed table")
+    parser.add_argument("--paired-df", choices=("seeds", "satterthwaite"), default="seeds",
+                        help="df of the paired test (analysis.seeds.diff_paired_two_level; the report: seeds)")
     args = parser.parse_args(argv)
     if args.sweeps < 100:
         parser.error("--sweeps must be >= 100 for a meaningful rate")
+    corrs = [float(c) for c in args.corr.split(",")]
+    if any(not 0 <= c < 1 for c in corrs):
+        parser.error(f"--corr values must lie in [0, 1), got {args.corr}")
     start = time.perf_counter()
+    if not args.paired_only:
+        return unpaired_main(args, start)
+    paired_cells = [paired_cell(s, rho, args.sweeps, args.seed, paired_df=args.paired_df)
+                    for s in PAIRED_SEEDS for rho in corrs]
+    command = (f"python benchmarks/calibration.py --paired-only --corr {args.corr}"
+               + (f" --paired-df {args.paired_df}" if args.paired_df != "seeds" else "")
+               + (f" --sweeps {args.sweeps}" if args.sweeps != 1000 else "")
+               + (f" --seed {args.seed}" if args.seed != 2026 else "") + " --write")
+    text = seed_pair_table(paired_cells, args.sweeps, time.perf_counter() - start, command)
+    print(text)
+    if args.write and args.paired_df == "seeds":
+        _write(PAIRED_START, PAIRED_END, text)
+    return 0
+
+
+def unpaired_main(args: argparse.Namespace, start: float) -> int:
+    """The first table: independent seeds, every seed count and both seed-effect sizes."""
     cells = []
     for tau in SEED_SD_LOGIT:
         for s in SEEDS:
@@ -147,12 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(cells, args.sweeps, time.perf_counter() - start, command)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        if START not in doc or END not in doc:
-            raise SystemExit(f"{DOC}: the markers {START} and {END} are missing")
-        DOC.write_text(re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{text}\n{END}", doc,
-                              flags=re.S))
-        print(f"wrote the table into {DOC}", file=sys.stderr)
+        _write(START, END, text)
     return 0
 
 

@@ -77,13 +77,59 @@ def val_metric_names(ds: str, n: int) -> tuple[str, str, str]:
 
 def new_record(
     *, name: str, method: str, seed: int, backend: str, total_steps: int, config_sha256: str,
-    versions: dict[str, str],
+    versions: dict[str, str], seed_fixes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``metrics.json`` of a run that has not started an attempt yet."""
+    """The ``metrics.json`` of a run that has not started an attempt yet (``run.seed_fixes`` when given)."""
     run = {"name": name, "method": method, "seed": seed, "backend": backend, "status": "running",
            "total_steps": total_steps, "last_step": 0, "attempts": [], "config_sha256": config_sha256,
            "versions": versions}
+    if seed_fixes is not None:
+        run["seed_fixes"] = dict(seed_fixes)
     return {"schema_version": SCHEMA_VERSION, "run": run, "train": [], "val": []}
+
+
+# -- what a run's seed fixes: run.seed_fixes ------------------------------------------------------
+#: The random streams a run's seed can fix, by the name ``run.seed_fixes`` lists them under.
+SEED_STREAMS: dict[str, str] = {
+    "data_order": "which training prompts are drawn, in which order",
+    "actor_data_order": "how the trainer shuffles a batch into mini-batches",
+    "sampler": "the rollout sampler's random draws (which tokens are sampled)",
+    "sampler_sync": "the noise drawn when the sampler loads the trainer's weights",
+    "schedule": "the sampler's throughput per step, hence the staleness sequence",
+    "evaluation": "the evaluation's sampling draws at each evaluated step",
+    "trainer_engine": "the trainer engine's seed",
+    "rollout_engine": "the rollout engine's seed",
+}
+#: What pairing by seed needs: both runs' seeds fix this stream (the same prompts in the same order).
+PAIRING_STREAM = "data_order"
+
+
+def seed_fixes_record(fixes: Mapping[str, str], not_fixed: Mapping[str, str], reproducible: bool
+                      ) -> dict[str, Any]:
+    """``run.seed_fixes``: ``fixes`` maps each stream the seed fixes (:data:`SEED_STREAMS`) to how the
+    backend seeds it; ``not_fixed`` maps each random source the seed does not fix to why;
+    ``reproducible``: the same command and seed give the same run on one machine."""
+    unknown = sorted(set(fixes) - set(SEED_STREAMS))
+    if unknown:
+        raise ValueError(f"unknown seed streams {unknown}; known: {', '.join(SEED_STREAMS)}")
+    return {"streams": sorted(fixes), "how": dict(sorted(fixes.items())), "not_fixed": dict(not_fixed),
+            "reproducible": bool(reproducible)}
+
+
+def seed_pairing(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str | None:
+    """Why two runs of equal seed are not a seed pair, from their ``run.seed_fixes`` (None: they are).
+
+    A pair needs both records, the same ``streams`` (the seed fixes the same things in both runs),
+    and :data:`PAIRING_STREAM` among them. Equal seeds, equal backends and the same evaluation are
+    the caller's to check.
+    """
+    if not a or not b:
+        return "a run does not record what its seed fixes"
+    if list(a.get("streams", [])) != list(b.get("streams", [])):
+        return "their seeds fix different streams"
+    if PAIRING_STREAM not in a.get("streams", []):
+        return f"the seed does not fix {PAIRING_STREAM}"
+    return None
 
 
 # -- the validation-sample line -------------------------------------------------------------------

@@ -136,8 +136,13 @@ class RunRecord:
         total_steps: int,
         config_sha256: str,
         versions: dict[str, str],
+        seed_fixes: dict[str, Any] | None = None,
     ) -> RunRecord:
-        """Load the run's ``metrics.json`` if present (a resume), else start a new record."""
+        """Load the run's ``metrics.json`` if present (a resume), else start a new record.
+
+        ``seed_fixes`` (``runners.run_contract.seed_fixes_record``): what the run's seed fixes, written
+        as ``run.seed_fixes`` (also into a resumed record, which may predate it).
+        """
         path = Path(run_dir) / METRICS_FILE
         if path.exists():
             data = json.loads(path.read_text())
@@ -146,9 +151,11 @@ class RunRecord:
             data["run"]["total_steps"] = total_steps  # raised when the run is extended
             data["run"]["config_sha256"] = config_sha256  # the config.yaml the run now has
             data["run"]["versions"] = versions
+            if seed_fixes is not None:
+                data["run"]["seed_fixes"] = seed_fixes
             return cls(path, data)
         return cls(path, new_record(name=name, method=method, seed=seed, backend=backend, total_steps=total_steps,
-                                    config_sha256=config_sha256, versions=versions))
+                                    config_sha256=config_sha256, versions=versions, seed_fixes=seed_fixes))
 
     # -- attempts ---------------------------------------------------------------------------
     def start_attempt(self, start_step: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -135,8 +136,11 @@ def test_multi_seed_report(tmp_path):
     assert "Bold rows aggregate the seeds" in md and "Every method has a single seed" not in md
     assert "**pg (mean of 2 seeds)**" in md
     # per comparison: seeds, method, whether the between-seed variance entered
-    assert "| a − b | set | seeds a / b | diff | 95% CI | p | problems | method | between-seed variance | verdict |" in md
-    assert "| pg − sc | avg | 2 / 2 |" in md and "| t | yes |" in md and "| no | single seed" not in md
+    assert ("| a − b | set | seeds a / b | diff | 95% CI | p | problems | test | mde80 | between-seed variance | "
+            "verdict |") in md
+    assert "| pg − sc | avg | 2 / 2 |" in md and re.search(r"\| t \| \d\.\d{3} \| yes \|", md)
+    assert "| no | single seed" not in md
+    assert "Unpaired two-level rows (independent seeds): unpaired: 2 seed pairs (a paired t needs >= 3)" in md
     p = report.paired
     assert p["seed_variance"].all() and (p["test"] == "two-level t (seeds and problems)").all()
     assert (p["seeds_a"] == 2).all() and (p["df"] > 0).all() and (p["significant"] == (p["p_value"] < 0.05)).all()
@@ -210,4 +214,4 @@ def test_mixed_seeds_and_repeats_in_the_report(tmp_path):
     assert "retest.csv" in report.files and (root / "report" / "retest.csv").exists()
     md = report.files["comparison.md"].read_text()
     assert "## Test-retest noise" in md and "| tis-seed1 | a | 1 | 2 |" in md
-    assert "| 2 / 1 |" in md and "| bootstrap | no | single seed: between-seed variance not estimated |" in md
+    assert "| 2 / 1 |" in md and "| bootstrap | — | no | single seed: between-seed variance not estimated |" in md

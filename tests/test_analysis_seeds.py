@@ -109,3 +109,48 @@ def test_no_variance_at_all():
     assert t["p_value"][0] == 1.0 and t["se"][0] == 0.0
     t = diff_two_level(y, y + 0.25, [slice(0, 4)])
     assert t["p_value"][0] == 0.0 and t["estimate"][0] == pytest.approx(-0.25)
+
+
+def test_paired_without_problem_part_is_the_paired_t_test():
+    """Seed pairs, no arm x problem interaction: scipy's ttest_rel on the run scores."""
+    from analysis.seeds import diff_paired_two_level
+
+    rng = np.random.default_rng(4)
+    b = rng.uniform(0.2, 0.8, size=10)
+    for seeds in (2, 3, 5):
+        u = rng.normal(0, 0.08, size=(seeds, 1))  # the shared seed effect
+        ya = b + u + rng.normal(0, 0.02, size=(seeds, 1))
+        yb = b + u + rng.normal(0, 0.02, size=(seeds, 1)) + 0.03
+        t = diff_paired_two_level(ya, yb, [slice(0, 10)])
+        ref = stats.ttest_rel(ya.mean(1), yb.mean(1))
+        ci = ref.confidence_interval(0.95)
+        assert t["se_problem"][0] == pytest.approx(0.0, abs=1e-9) and t["df"][0] == pytest.approx(seeds - 1)
+        assert t["estimate"][0] == pytest.approx(ya.mean() - yb.mean())
+        assert t["p_value"][0] == pytest.approx(ref.pvalue, rel=1e-9)
+        assert (t["ci_low"][0], t["ci_high"][0]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+        unpaired = diff_two_level(ya, yb, [slice(0, 10)])
+        assert t["se"][0] < unpaired["se"][0]  # the shared seed effect left the variance
+
+
+def test_paired_difference_by_hand():
+    from analysis.seeds import diff_paired_two_level
+
+    rng = np.random.default_rng(5)
+    ya, yb = rng.integers(0, 9, size=(2, 3, 8)) / 8
+    t = diff_paired_two_level(ya, yb, [slice(0, 5), slice(5, 8)])
+    d = ya - yb
+    for j, sl in enumerate([slice(0, 5), slice(5, 8)]):
+        ds = d[:, sl]
+        v_seed = ds.mean(1).var(ddof=1) / 3
+        v_prob = max(0.0, ds.mean(0).var(ddof=1) - residual_mean_square(ds) / 3) / ds.shape[1]
+        assert t["se"][j] == pytest.approx(math.sqrt(v_seed + v_prob))
+        assert t["df"][j] == 2  # the seed pairs' df (S - 1), whatever the problem part
+        sat = diff_paired_two_level(ya, yb, [slice(0, 5), slice(5, 8)], df_rule="satterthwaite")
+        assert sat["df"][j] == pytest.approx((v_seed + v_prob) ** 2 / (v_seed**2 / 2 + v_prob**2 / (ds.shape[1] - 1)))
+        assert sat["se"][j] == pytest.approx(t["se"][j]) and sat["p_value"][j] <= t["p_value"][j]
+    run_d = (d[:, :5].mean(1) + d[:, 5:].mean(1)) / 2  # avg: seed part on the runs' avg differences
+    assert t["se_seed"][2] == pytest.approx(math.sqrt(run_d.var(ddof=1) / 3))
+    assert t["estimate"][2] == pytest.approx(run_d.mean())
+    with pytest.raises(ValueError, match="seed pairs need"):
+        diff_paired_two_level(ya, yb[:2], [slice(0, 8)])
+

@@ -110,6 +110,41 @@ def test_run_fields(run_dir):
     _one(v, "run.versions")
 
 
+def test_seed_fixes_is_optional_and_checked(run_dir):
+    from runners.local.backend import SEED_FIXES
+
+    assert check_run_dir(run_dir) == []  # records before seed_fixes stay valid
+    _edit(run_dir, lambda d: d["run"].update(seed_fixes=SEED_FIXES))
+    assert check_run_dir(run_dir) == []
+
+    def bad(d):
+        d["run"]["seed_fixes"] = {"streams": ["data_order", "dice"], "how": {}, "not_fixed": {"x": 1},
+                                  "reproducible": "yes"}
+    _edit(run_dir, bad)
+    v = check_run_dir(run_dir)
+    _one(v, "run.seed_fixes.streams must be a list of", "'dice'")
+    _one(v, "run.seed_fixes.not_fixed must be an object of strings")
+    _one(v, "run.seed_fixes.reproducible must be true or false")
+    _edit(run_dir, lambda d: d["run"].update(seed_fixes={**SEED_FIXES, "how": {"data_order": "x"}}))
+    _one(check_run_dir(run_dir), "run.seed_fixes.how must map each of run.seed_fixes.streams")
+    _edit(run_dir, lambda d: d["run"].update(seed_fixes=[]))
+    _one(check_run_dir(run_dir), "run.seed_fixes must be an object")
+
+
+def test_seed_pairing_needs_both_records_the_same_streams_and_the_data_order():
+    from runners.local.backend import SEED_FIXES as LOCAL
+    from runners.run_contract import seed_fixes_record, seed_pairing
+    from runners.verl_backend.ingest import SEED_FIXES as VERL
+
+    assert seed_pairing(LOCAL, dict(LOCAL)) is None and seed_pairing(VERL, VERL) is None
+    assert "does not record" in seed_pairing(LOCAL, None) and "does not record" in seed_pairing({}, LOCAL)
+    assert "different streams" in seed_pairing(LOCAL, VERL)
+    no_order = seed_fixes_record({"sampler": "s"}, {}, reproducible=True)
+    assert "does not fix data_order" in seed_pairing(no_order, no_order)
+    with pytest.raises(ValueError, match="unknown seed streams"):
+        seed_fixes_record({"dice": "d"}, {}, reproducible=True)
+
+
 def test_last_step_and_finished_before_total(run_dir):
     _edit(run_dir, lambda d: d["run"].update(last_step=5))
     _one(check_run_dir(run_dir), "run.last_step is 5 but the last train step is 6")

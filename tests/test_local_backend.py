@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from analysis.contract import check_run_dir
 from runners import validate as validation
-from runners.local.backend import LocalRun
+from runners.local.backend import SEED_FIXES, LocalRun
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
 from runners.local.trainer import response_logits
@@ -184,6 +184,8 @@ def test_same_seed_gives_identical_train_metrics(tmp_path, cache_dir):
         run_dir.mkdir(parents=True)
         LocalRun(cfg, run_dir, config_sha256("x")).run()
         rows.append(read_train(run_dir))
+        seed_fixes = json.loads((run_dir / "metrics.json").read_text())["run"]["seed_fixes"]
+        assert seed_fixes == SEED_FIXES  # what the seed fixes, recorded (checked: tests/test_contract.py)
     assert rows[0] == rows[1]
     other = composed([*small(tmp_path, cache_dir, steps=3), "method=sc_tis", "sweep=c", "seed=7"])
     run_dir = validation.run_dir_of(other)

@@ -292,3 +292,16 @@ def test_cli_prints_status(tmp_path, capsys):
     run = make_run(tmp_path)
     assert ingest_main([str(run), "--status", "finished"]) == 0
     assert "finished, step 8/8, 2 attempt(s)" in capsys.readouterr().out
+
+
+def test_the_record_says_what_verls_seed_fixes(tmp_path):
+    """run.seed_fixes: verl's seed fixes the prompt order (a valid seed pair) but not vLLM's sampling."""
+    from runners.run_contract import PAIRING_STREAM, seed_pairing
+    from runners.verl_backend.ingest import SEED_FIXES
+
+    run = make_run(tmp_path)
+    fixes = json.loads(ingest_run(run, OmegaConf.load(run / "config.yaml")).read_text())["run"]["seed_fixes"]
+    assert fixes == SEED_FIXES and check_contract(run) == []
+    assert PAIRING_STREAM in fixes["streams"] and fixes["reproducible"] is False
+    assert {"sampler", "evaluation"} <= set(fixes["not_fixed"]) and "sampler" not in fixes["streams"]
+    assert seed_pairing(fixes, fixes) is None

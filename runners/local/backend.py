@@ -39,9 +39,26 @@ from runners.local.tasks import build_task
 from runners.local.trackers import RunTracker, check_loggers
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.provenance import versions
+from runners.run_contract import seed_fixes_record
 from runners.run_record import RunRecord
 
 log = logging.getLogger(__name__)
+
+#: ``run.seed_fixes`` of every embedded run: the streams :class:`LocalRun` seeds from ``seed``. Runs of
+#: different arms with one seed draw the same prompts, sampler and schedule random numbers and evaluate
+#: with the same draws; they differ once the arms' updates change a sampled token.
+SEED_FIXES = seed_fixes_record(
+    {"data_order": "torch.Generator(seed): the training prompts drawn each step (task.sample_train)",
+     "sampler": "torch.Generator(seed + 1): the rollout sampler's token draws",
+     "sampler_sync": "torch.Generator(seed + 2): weight noise at each sync (drawn only with weight_noise > 0)",
+     "schedule": "torch.Generator(seed + 3): the sampler's throughput (drawn only with speed_jitter > 0)",
+     "evaluation": "torch.Generator(seed * 1000003 + step) per evaluated step (repeat r >= 1: "
+                   "SeedSequence([seed, step, r]))"},
+    {"eval_problems": "data.seed: the same evaluation sets for every run of the sweep, whatever its seed",
+     "initial_weights": "the shipped base model or the warm start (model.warmstart.seed), the same for every run",
+     "float_reductions": "backend.threads: another thread count gives another trajectory after step 0"},
+    reproducible=True,
+)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -102,6 +119,7 @@ class LocalRun:
         self.record = RunRecord.open(
             self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="local",
             total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=versions(),
+            seed_fixes=SEED_FIXES,
         )
 
     # -- state ------------------------------------------------------------------------------

@@ -86,6 +86,26 @@ ENTROPY_SOURCES = (ENTROPY, "actor/entropy_loss")
 TRAIN_DIRECT = tuple(m for m in rc.EVERY_ARM_TRAIN_METRICS if m not in (ENTROPY, EVICTED, TRUNCATION, ZERO_VARIANCE))
 
 
+#: ``run.seed_fixes`` of a verl run: the project's ``seed`` goes to the four verl keys
+#: ``runners.verl_backend.overrides`` sets (verl 0.9.1's use of each below). The harness leaves
+#: verl's ``full_determinism`` off, so neither engine is made deterministic: runs of one seed share
+#: the prompt order, not the sampled tokens.
+SEED_FIXES = rc.seed_fixes_record(
+    {"data_order": "data.seed: the generator of the train dataloader's shuffle (verl.trainer.ppo.utils)",
+     "actor_data_order": "actor_rollout_ref.actor.data_loader_seed: the shuffle of a batch into mini-batches",
+     "trainer_engine": "actor_rollout_ref.actor.fsdp_config.seed: applied (enable_full_determinism) only with "
+                       "full_determinism, which is off",
+     "rollout_engine": "actor_rollout_ref.rollout.seed: vLLM's engine seed (replica rank + seed)"},
+    {"sampler": "vLLM samples requests batched as they arrive (async scheduling, several agent workers and "
+                "replicas); the draws are not reproducible, per-request seeds only with full_determinism",
+     "evaluation": "validation samples through the same vLLM replicas: not reproducible either",
+     "schedule": "which groups are trained at which staleness follows the engines' timing",
+     "gpu_kernels": "non-deterministic reductions of the trainer and vLLM kernels",
+     "eval_problems": "the validation files: the same for every run, whatever its seed"},
+    reproducible=False,
+)
+
+
 class IngestError(RuntimeError):
     """verl's outputs cannot be turned into a valid run record; the message says where and why."""
 
@@ -460,7 +480,8 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
         val_files[s] = "".join(rc.sample_line(x) + "\n" for x in samples)
 
     record = RunRecord.open(run_dir, name=spec.name, method=spec.method, seed=spec.seed, backend="verl",
-                            total_steps=spec.total_steps, config_sha256=sha, versions=versions())
+                            total_steps=spec.total_steps, config_sha256=sha, versions=versions(),
+                            seed_fixes=SEED_FIXES)
     record.truncate_after(0)
     for row in rows:
         record.add_train(row)

@@ -1,0 +1,88 @@
+"""analysis.pairing: the design (seed pairs or not) comes from the run records, and the report follows it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.cross import cross_table
+from analysis.load import load_sweep
+from analysis.pairing import PAIRED_BY_SEED, seed_design
+from analysis.report import build_report, markdown
+from analysis.seeds import diff_paired_two_level, diff_two_level, minimum_detectable
+from analysis.synthetic import two_arm_counts, write_run, write_two_arm_sweep
+from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, paired_table
+from runners.local.backend import SEED_FIXES as LOCAL
+from runners.verl_backend.ingest import SEED_FIXES as VERL
+
+K, N = 8, 30
+SLICES = [slice(0, N)]
+
+
+def test_design_rules():
+    d = seed_design([3, 1, 2], [LOCAL] * 3, [2, 3, 1], [LOCAL] * 3)
+    assert d.paired and d.pairs == 3 and d.reason == PAIRED_BY_SEED and d.seeds == (1, 2, 3)
+    assert d.order_a == (1, 2, 0) and d.order_b == (2, 0, 1)  # rows in seed order
+    assert not seed_design([1, 2, 4], [LOCAL] * 3, [1, 2, 3], [LOCAL] * 3).paired
+    assert "seeds differ (1, 2, 4 vs 1, 2, 3)" in seed_design([1, 2, 4], [LOCAL] * 3, [1, 2, 3], [LOCAL] * 3).reason
+    assert "several runs of one seed" in seed_design([1, 1, 2], [LOCAL] * 3, [1, 2, 3], [LOCAL] * 3).reason
+    older = seed_design([1, 2, 3], [LOCAL, None, LOCAL], [1, 2, 3], [LOCAL] * 3)
+    assert not older.paired and older.pairs == 0 and "seed 2: a run does not record" in older.reason
+    assert "different streams" in seed_design([1, 2, 3], [LOCAL] * 3, [1, 2, 3], [VERL] * 3).reason
+    assert seed_design([1, 2, 3], [VERL] * 3, [1, 2, 3], [VERL] * 3).paired  # verl's seed fixes the prompt order
+    two = seed_design([1, 2], [LOCAL] * 2, [1, 2], [LOCAL] * 2)  # 1 df: the unpaired test is stronger
+    assert not two.paired and "2 seed pairs (a paired t needs >= 3)" in two.reason
+
+
+def _sweep(tmp_path, name, seeds=3, seed_fixes=LOCAL, rng_seed=0, corr=0.8):
+    ca, cb = two_arm_counts(np.random.default_rng(rng_seed), 1, seeds, n_problems=N, k=K, seed_sd_logit=0.5,
+                            seed_corr=corr)
+    return write_two_arm_sweep(tmp_path / name, ca[0], cb[0], K, seed_fixes=seed_fixes), ca[0] / K, cb[0] / K
+
+
+def test_report_uses_the_paired_test_exactly_when_the_records_make_pairs(tmp_path):
+    paired_dir, ya, yb = _sweep(tmp_path, "paired")
+    row = paired_table(load_sweep(paired_dir), ["final"]).set_index("data_source").loc["avg"]
+    t = diff_paired_two_level(ya, yb, SLICES)
+    assert row["test"] == PAIRED_TWO_LEVEL and row["pairs"] == 3 and row["pairing"] == PAIRED_BY_SEED
+    for col, key in (("diff", "estimate"), ("se", "se"), ("df", "df"), ("p_value", "p_value"),
+                     ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+        assert row[col] == pytest.approx(t[key][-1], rel=1e-12, abs=1e-15), col
+    assert row["mde80"] == pytest.approx(minimum_detectable(t["se"], t["df"])[-1])
+
+    old_dir, ya, yb = _sweep(tmp_path, "old", seed_fixes=None)  # records before seed_fixes: today's test
+    row = paired_table(load_sweep(old_dir), ["final"]).set_index("data_source").loc["avg"]
+    assert row["test"] == TWO_LEVEL and row["pairs"] == 0 and "does not record" in row["pairing"]
+    assert row["p_value"] == pytest.approx(diff_two_level(ya, yb, SLICES)["p_value"][-1], rel=1e-12)
+
+
+def test_a_seed_without_partner_makes_the_design_unpaired(tmp_path):
+    sweep_dir, ya, yb = _sweep(tmp_path, "s")
+    acc = (np.arange(K)[None, :] < np.full((N, 1), 4)).astype(int)
+    write_run(sweep_dir / "sc-seed9", method="sc", seed=9, evals={0: {"aime": acc}}, total_steps=0,
+              problems={"aime": [f"aime-{j:02d}" for j in range(N)]}, seed_fixes=LOCAL)
+    paired = paired_table(load_sweep(sweep_dir), ["final"])
+    assert (paired["test"] == TWO_LEVEL).all() and (paired["pairs"] == 0).all()
+    assert paired["pairing"].str.contains(r"seeds differ \(1, 2, 3 vs 1, 2, 3, 9\)").all()
+
+
+def test_comparison_md_says_which_test_and_how_many_pairs(tmp_path):
+    sweep_dir, _, _ = _sweep(tmp_path, "s")
+    text = markdown(build_report(sweep_dir, "final", n_boot=200), figures=False)
+    assert "paired t (3 pairs)" in text and "mde80" in text and PAIRED_TWO_LEVEL in text
+
+
+def test_cross_table_pairs_within_a_sweep_not_across_sweeps(tmp_path):
+    a_dir, ya, yb_a = _sweep(tmp_path, "a", rng_seed=1)
+    b_dir, _, yb = _sweep(tmp_path, "b", rng_seed=2)
+    reference = load_sweep(a_dir)
+    table = cross_table(reference, "pg", [reference, load_sweep(b_dir)]).set_index(["sweep", "method", "data_source"])
+    within = table.loc[("a", "sc", "avg")]  # the reference sweep's own arm: seed pairs
+    t = diff_paired_two_level(yb_a, ya, SLICES)
+    assert within["test"] == PAIRED_TWO_LEVEL and within["pairs"] == 3
+    assert within["p_value"] == pytest.approx(t["p_value"][-1], rel=1e-12)
+    assert within["mde80"] == pytest.approx(minimum_detectable(t["se"], t["df"])[-1])
+    across = table.loc[("b", "sc", "avg")]  # another sweep (scenario): independent seeds
+    u = diff_two_level(yb, ya, SLICES)
+    assert across["test"] == TWO_LEVEL and across["pairs"] == 0
+    assert across["p_value"] == pytest.approx(u["p_value"][-1], rel=1e-12)
