@@ -187,7 +187,8 @@ def _registered(env: dict[str, str]) -> dict:
             "from verl.checkpoint_engine.base import CheckpointEngineRegistry as C; "
             "from verl.workers.rollout.replica import RolloutReplicaRegistry as R; "
             "print(json.dumps({'platform': 'cpu' in P._platforms, 'sync': 'cpu_file' in C._registry, "
-            "'rollout': 'cpu_hf' in R._registry}))")
+            "'rollout': 'cpu_hf' in R._registry, "
+            "'vllm': R._registry['vllm'].__module__ == 'runners.verl_cpu.rollout'}))")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -195,8 +196,10 @@ def _registered(env: dict[str, str]) -> dict:
 
 def test_the_entry_point_registers_the_cpu_platform_only_when_selected():
     base = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES")}
-    assert _registered(base) == {"platform": False, "sync": False, "rollout": False}
-    assert _registered({**base, **verl_cpu.ENVIRONMENT}) == {"platform": True, "sync": True, "rollout": True}
+    assert _registered(base) == {"platform": False, "sync": False, "rollout": False, "vllm": False}
+    # on the CPU platform verl's name `vllm` is the CPU stand-in too (what the rehearsal's SC arms use)
+    assert _registered({**base, **verl_cpu.ENVIRONMENT}) == {"platform": True, "sync": True, "rollout": True,
+                                                             "vllm": True}
 
 
 def test_gloo_backend_string():
@@ -233,7 +236,7 @@ def cpu_server(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("model")
     rehearsal.write_model(folder)
-    config = types.SimpleNamespace(seed=0, response_length=8, topk_log_probs=5)
+    config = types.SimpleNamespace(seed=0, response_length=8, topk_log_probs=5)  # the head is asked per request
     return CpuHFServer(config, {"path": str(folder)}, replica_rank=0)
 
 
@@ -246,7 +249,7 @@ def test_cpu_rollout_log_probs_and_head_are_the_processed_distribution(cpu_serve
     prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
     temperature = 0.7
     out = asyncio.run(cpu_server.generate(prompt, {"temperature": temperature, "top_p": 1.0, "top_k": -1,
-                                                   "logprobs": True, "max_tokens": 8}, "r0"))
+                                                   "logprobs": True, "max_tokens": 8, "topk_log_probs": 5}, "r0"))
     n = len(out.token_ids)
     assert 1 <= n <= 8 and len(out.log_probs) == n
     ids, head = out.extra_fields["response_topk_ids"], out.extra_fields["response_topk_log_probs"]
@@ -263,13 +266,26 @@ def test_cpu_rollout_log_probs_and_head_are_the_processed_distribution(cpu_serve
     assert out.extra_fields["global_steps"] is None  # no weights synced yet
 
 
-def test_cpu_rollout_without_a_head_key_returns_none(cpu_server):
-    cpu_server.head_size = 0  # verl 0.9.1's rollout config has no topk_log_probs
-    try:
-        out = asyncio.run(cpu_server.generate([1, 4, 7], {"temperature": 1.0, "logprobs": False, "max_tokens": 3}, "r1"))
-    finally:
-        cpu_server.head_size = 5
-    assert out.log_probs is None and "response_topk_ids" not in out.extra_fields
+def test_cpu_rollout_returns_a_head_only_where_the_request_asks(cpu_server):
+    # verl 0.9.1 never asks; 8718ca30's agent loop asks on training rollouts only, not on validation
+    # ones, even with rollout.topk_log_probs set (as in this server's config)
+    for params in ({"temperature": 1.0, "logprobs": False, "max_tokens": 3},
+                   {"temperature": 1.0, "logprobs": False, "max_tokens": 3, "topk_log_probs": 0}):
+        out = asyncio.run(cpu_server.generate([1, 4, 7], params, "r1"))
+        assert out.log_probs is None and "response_topk_ids" not in out.extra_fields
+    out = asyncio.run(cpu_server.generate([1, 4, 7], {"temperature": 1.0, "max_tokens": 3, "topk_log_probs": 3}, "r2"))
+    assert out.extra_fields["response_topk_ids"].shape == (len(out.token_ids), 3)
+
+
+def test_an_sc_arm_keeps_the_vllm_rollout_name_which_the_cpu_platform_maps_to_the_stand_in(tmp_path):
+    # verl 8718ca30 takes the sampler head from rollout.name=vllm only (RolloutConfig, validate_config)
+    sc = config(tmp_path, "rehearsal", method="sc")
+    assert rehearsal.rollout_name(sc) == verl_cpu.HEAD_ROLLOUT_NAME == "vllm"
+    assert rehearsal.rollout_name(config(tmp_path, "rehearsal")) == verl_cpu.ROLLOUT_NAME
+    report = rehearsal.reference_difference(sc, layout.AttemptPaths(run_dir(sc), 1))
+    assert "actor_rollout_ref.rollout.name" not in {r["key"] for r in report["difference"]}
+    rollout = next(s for s in report["swaps"] if s["name"] == "rollout")
+    assert "actor_rollout_ref.rollout.name" in rollout["keys"] and "vllm" in rollout["why"]
 
 
 def test_sc_arm_stops_before_anything_starts_on_verl_without_score_centering(tmp_path, capsys):

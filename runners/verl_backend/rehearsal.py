@@ -69,6 +69,15 @@ def logical_gpus(cfg: DictConfig) -> int:
     return int(p.nnodes) * int(p.trainer_gpus_per_node) + int(p.rollout_nnodes) * int(p.rollout_gpus_per_node)
 
 
+def rollout_name(cfg: DictConfig) -> str:
+    """verl's rollout name in a rehearsal: the CPU rollout's own, or for an arm that needs the sampler's
+    head (SC) ``vllm``, which verl 8718ca30 requires of score centering and the CPU platform maps to
+    the same stand-in (:data:`runners.verl_cpu.HEAD_ROLLOUT_NAME`)."""
+    from runners.schema import arm_traits
+
+    return verl_cpu.HEAD_ROLLOUT_NAME if arm_traits(cfg.method).sc else verl_cpu.ROLLOUT_NAME
+
+
 def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
     """The CPU swaps of a rehearsal, in the order they are applied (``state_dir``: the attempt's
     folder for the weight-sync files and the rollout's sync log)."""
@@ -81,8 +90,10 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
              "verl's FSDP engine is looked up under the cuda device name; one thread per process",
              env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}, modules=(PLUGIN_MODULE,)),
         Swap("rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl_cpu.rollout): "
-             "an HF model sampling on the CPU instead of vLLM", {"actor_rollout_ref.rollout.name": verl_cpu.ROLLOUT_NAME,
-                                                               "actor_rollout_ref.rollout.dtype": "float32"}),
+             "an HF model sampling on the CPU instead of vLLM; an SC arm keeps rollout.name="
+             f"{verl_cpu.HEAD_ROLLOUT_NAME} (verl 8718ca30 takes the sampler head from that name only), which the "
+             "CPU platform registers to the same stand-in",
+             {"actor_rollout_ref.rollout.name": rollout_name(cfg), "actor_rollout_ref.rollout.dtype": "float32"}),
         Swap("weight sync", f"`{verl_cpu.WEIGHT_SYNC_BACKEND}` in verl's CheckpointEngineRegistry "
              "(runners.verl_cpu.weight_sync): a file per sync instead of NCCL",
              {"actor_rollout_ref.rollout.checkpoint_engine.backend": verl_cpu.WEIGHT_SYNC_BACKEND},

@@ -10,8 +10,9 @@ Everything here goes through verl's own registries; no file of verl is edited:
   ``CheckpointEngineRegistry`` (trainer rank 0 writes the state dict to a file, rollout workers read it);
 * :mod:`~runners.verl_cpu.rollout` -- rollout ``cpu_hf`` in verl's ``RolloutReplicaRegistry``: an
   HF model on the CPU, token-in/token-out, with the sampled token's log-prob after temperature and,
-  where the rollout config asks for a head (``topk_log_probs``, verl 8718ca30), the top-k ids and
-  log-probs per generated token in the layout 8718ca30's vLLM server returns.
+  where a request asks for a head (``topk_log_probs``, verl 8718ca30), the top-k ids and
+  log-probs per generated token in the layout 8718ca30's vLLM server returns; on the CPU platform it
+  is registered under verl's name ``vllm`` too, the only rollout 8718ca30 takes a head from.
 
 :mod:`~runners.verl_cpu.plugin` is the ``verl.plugins`` entry point: it registers all three only
 when ``VERL_PLATFORM=cpu`` (what the rehearsal and the worker bench set), and does nothing otherwise.
@@ -27,6 +28,9 @@ ENGINE_DEVICE = "cuda"
 #: Environment that selects the CPU platform in every verl process (driver and Ray actors).
 ENVIRONMENT = {"VERL_PLATFORM": PLATFORM, "VERL_ENGINE_DEVICE": ENGINE_DEVICE}
 ROLLOUT_NAME = "cpu_hf"
+#: verl's rollout name that the CPU rollout also answers to on the CPU platform: verl 8718ca30 takes the
+#: sampler's head (score centering) from ``rollout.name=vllm`` only, so the rehearsal's SC arms keep it.
+HEAD_ROLLOUT_NAME = "vllm"
 WEIGHT_SYNC_BACKEND = "cpu_file"
 #: Folder of the CPU stand-ins' files in one attempt (the launcher sets it to ``<attempt>/cpu``): the
 #: weight files of ``cpu_file`` and the rollout's sync log (:data:`SYNC_LOG`).

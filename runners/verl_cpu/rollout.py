@@ -7,10 +7,14 @@ named ``cpu_hf_server_<rank>``):
   sampling with a KV cache; ``log_probs`` are the sampled tokens' log-probs after temperature (and
   top-k/top-p), what vLLM returns with ``logprobs_mode=processed_logprobs``;
   ``extra_fields["global_steps"]`` is the weight version that sampled them (the staleness tag);
-* the sampler's head: where the rollout config has ``topk_log_probs = k > 0`` (verl 8718ca30),
+* the sampler's head: where the request asks for one (``sampling_params["topk_log_probs"] = k > 0``,
+  which verl 8718ca30's agent loop sends on training rollouts only, from ``rollout.topk_log_probs``),
   ``extra_fields["response_topk_ids"]`` (int32) and ``["response_topk_log_probs"]`` (float32), one
   row of the k largest processed log-probs per generated token, the layout 8718ca30's vLLM server
-  returns and its agent loop pads (``pad_rollout_topk``); verl 0.9.1 has no such key and gets none;
+  returns and its agent loop pads (``pad_rollout_topk``); verl 0.9.1 never asks and gets none;
+* registered under :data:`~runners.verl_cpu.ROLLOUT_NAME` and, on the CPU platform only, under
+  verl's name ``vllm`` too (:data:`~runners.verl_cpu.HEAD_ROLLOUT_NAME`): 8718ca30 takes the head from
+  ``rollout.name=vllm`` only, so the rehearsal's SC arms keep that name and get this stand-in;
 * ``abort_all_requests``/``resume_generation`` around a weight sync: a request in flight returns
   what it has with ``stop_reason="aborted"`` and verl's client resumes it with prompt + those tokens;
 * weights arrive through the checkpoint engine in a :class:`CpuCheckpointEngineWorker` (verl's
@@ -36,7 +40,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from runners.verl_cpu import ROLLOUT_NAME, SYNC_LOG, state_dir
+from runners.verl_cpu import HEAD_ROLLOUT_NAME, ROLLOUT_NAME, SYNC_LOG, state_dir
 
 SERVER_PREFIX = f"{ROLLOUT_NAME}_server_"
 
@@ -90,7 +94,6 @@ class CpuHFServer:
                                                           attn_implementation="sdpa").eval()
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
-        self.head_size = int(getattr(config, "topk_log_probs", 0) or 0)  # a key of verl 8718ca30
         self.generator = torch.Generator().manual_seed(int(getattr(config, "seed", 0) or 0) + replica_rank)
         self.global_steps: int | None = None
         self.paused = False
@@ -106,6 +109,7 @@ class CpuHFServer:
         while self.paused:
             await self.resumed.wait()
         params = dict(sampling_params)
+        head_size = int(params.get("topk_log_probs") or 0)  # asked per request by verl 8718ca30 (training only)
         max_tokens = int(params.get("max_tokens") or params.get("max_new_tokens") or self.config.response_length)
         temperature = float(params.get("temperature", 1.0))
         top_k, top_p = int(params.get("top_k", -1) or -1), float(params.get("top_p", 1.0))
@@ -129,8 +133,8 @@ class CpuHFServer:
                     token = int(torch.multinomial(log_probs.exp(), 1, generator=self.generator))
                 tokens.append(token)
                 sampled.append(float(log_probs[token]))
-                if self.head_size:
-                    head = torch.topk(log_probs, min(self.head_size, log_probs.shape[-1]))
+                if head_size:
+                    head = torch.topk(log_probs, min(head_size, log_probs.shape[-1]))
                     head_ids.append(head.indices.to(torch.int32).numpy())
                     head_log_probs.append(head.values.to(torch.float32).numpy())
                 if token in self.eos_ids:
@@ -140,7 +144,7 @@ class CpuHFServer:
                     stop_reason = "aborted"
                     break
         extra: dict[str, Any] = {"global_steps": version}
-        if self.head_size:
+        if head_size:
             extra["response_topk_ids"] = np.stack(head_ids)
             extra["response_topk_log_probs"] = np.stack(head_log_probs)
         return TokenOutput(token_ids=tokens, log_probs=sampled if params.get("logprobs") else None,
@@ -240,3 +244,5 @@ class CpuHFReplica(RolloutReplica):
 
 
 RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: CpuHFReplica)
+# Imported only where VERL_PLATFORM=cpu (runners.verl_cpu.plugin), where vLLM cannot run anyway.
+RolloutReplicaRegistry.register(HEAD_ROLLOUT_NAME, lambda: CpuHFReplica)
