@@ -43,10 +43,10 @@ def _environ(pid: int) -> bytes:
 
 
 def ray_processes() -> list[str]:
-    """Live Ray processes of this module's launches (zombies, already dead, are not counted)."""
+    """Live verl drivers and Ray processes of this module's launches (zombies, already dead, are not counted)."""
     out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()[1:]
     rows = (line.split(None, 2) for line in out)
-    return [args for pid, stat, args in rows if stat[:1] != "Z" and any(w in args for w in ("raylet", "gcs_server", "ray::"))
+    return [args for pid, stat, args in rows if stat[:1] != "Z" and any(w in args for w in ("raylet", "gcs_server", "ray::", "verl.trainer.main_ppo"))
             and any(str(root).encode() in _environ(int(pid)) for root in RESULTS)]
 
 
@@ -143,7 +143,7 @@ def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
     deadline = time.monotonic() + 60
     while ray_processes() and time.monotonic() < deadline:
         time.sleep(1)
-    assert ray_processes() == [], "Ray processes outlived the killed launcher"
+    assert ray_processes() == [], "verl or Ray processes outlived the killed launcher"
 
     again = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=1800)
     assert again.returncode == 0, again.stderr[-6000:]
