@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners import verl_cpu
-from runners.verl_backend import launch, layout, rehearsal
+from runners.verl_backend import dry_run, launch, layout, rehearsal
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import revisions as rev
 
@@ -95,7 +95,7 @@ def test_logger_flush_detection_reads_calls_not_text(tmp_path, monkeypatch):
 def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path):
     cfg = config(tmp_path, "rehearsal")
     paths = layout.AttemptPaths(run_dir(cfg), 1)
-    report = rehearsal.reference_difference(cfg, paths)
+    report = dry_run.reference_difference(cfg, paths)
     names = [s["name"] for s in report["swaps"]]
     assert names == ["model", "platform", "rollout", "weight sync", "logical GPUs", "sizes"]
     rows = {r["key"]: r for r in report["difference"]}
@@ -282,7 +282,7 @@ def test_an_sc_arm_keeps_the_vllm_rollout_name_which_the_cpu_platform_maps_to_th
     sc = config(tmp_path, "rehearsal", method="sc")
     assert rehearsal.rollout_name(sc) == verl_cpu.HEAD_ROLLOUT_NAME == "vllm"
     assert rehearsal.rollout_name(config(tmp_path, "rehearsal")) == verl_cpu.ROLLOUT_NAME
-    report = rehearsal.reference_difference(sc, layout.AttemptPaths(run_dir(sc), 1))
+    report = dry_run.reference_difference(sc, layout.AttemptPaths(run_dir(sc), 1))
     assert "actor_rollout_ref.rollout.name" not in {r["key"] for r in report["difference"]}
     rollout = next(s for s in report["swaps"] if s["name"] == "rollout")
     assert "actor_rollout_ref.rollout.name" in rollout["keys"] and "vllm" in rollout["why"]

@@ -23,7 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from runners.hydra_override import compose_offline, parse
+from runners.hydra_override import compose_dir_offline, compose_offline, parse
+from runners.validate import CONF_DIR
 from runners.verl_backend import launch, layout, rehearsal
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import revisions as rev
@@ -245,6 +246,20 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             "composed_overrides": len(native), "newer_keys": newer, "notes": notes, "verl_config": OmegaConf.to_yaml(cfg)}
 
 
+def reference_difference(cfg: DictConfig, paths: layout.AttemptPaths) -> dict[str, Any]:
+    """The named swaps and the key-by-key difference between this rehearsal's launch and the
+    reference experiment's launch of the same arm and seed (into the same run folder)."""
+    reference = compose_dir_offline(CONF_DIR, "config", [
+        "+experiment=qwen3_4b_sc_repro", f"method={cfg.method.name}", f"seed={cfg.seed}",
+        f"results_root={cfg.results_root}"])
+    OmegaConf.resolve(reference)
+    named = rehearsal.swaps(cfg, paths.cpu_state)
+    rows = rehearsal.difference(ovr.build_overrides(reference, paths), ovr.build_overrides(cfg, paths),
+                                ovr.process_env(reference, paths), ovr.process_env(cfg, paths), named)
+    return {"swaps": [{"name": s.name, "why": s.why, "keys": s.keys()} for s in named],
+            "difference": rows}
+
+
 def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Write the launch files and check them against the installed verl; return the report."""
     spec = launch.build_spec(cfg, run_dir)
@@ -270,7 +285,7 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     report = json.loads((out / REPORT).read_text())
     report.update(command=spec.command_line(), attempt=spec.paths.attempt)
     if rehearsal.is_rehearsal(cfg):
-        report["rehearsal"] = rehearsal.reference_difference(cfg, spec.paths)
+        report["rehearsal"] = reference_difference(cfg, spec.paths)
         (out / "rehearsal_difference.txt").write_text(rehearsal.difference_text(report["rehearsal"]))
     (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report

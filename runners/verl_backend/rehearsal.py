@@ -153,23 +153,6 @@ def difference(reference: list[str], rehearsal: list[str], reference_env: dict[s
     return rows
 
 
-def reference_difference(cfg: DictConfig, paths: Any) -> dict[str, Any]:
-    """The named swaps and the key-by-key difference between this rehearsal's launch and the
-    reference experiment's launch of the same arm and seed (into the same run folder)."""
-    from runners.hydra_override import compose_dir_offline
-    from runners.verl_backend import overrides as ovr
-
-    reference = compose_dir_offline(CONF_DIR, "config", [
-        "+experiment=qwen3_4b_sc_repro", f"method={cfg.method.name}", f"seed={cfg.seed}",
-        f"results_root={cfg.results_root}"])
-    OmegaConf.resolve(reference)
-    named = swaps(cfg, paths.cpu_state)
-    rows = difference(ovr.build_overrides(reference, paths), ovr.build_overrides(cfg, paths),
-                      ovr.process_env(reference, paths), ovr.process_env(cfg, paths), named)
-    return {"swaps": [{"name": s.name, "why": s.why, "keys": s.keys()} for s in named],
-            "difference": rows}
-
-
 def difference_text(report: dict[str, Any]) -> str:
     """The difference as a table for people: one line per key, grouped by what set it."""
     lines = ["CPU swaps (runners/verl_backend/rehearsal.py):"]
