@@ -215,32 +215,42 @@ def read_attempt(number: int, path: Path) -> AttemptLog:
     return attempt
 
 
-def merge_attempts(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
-    """Train rows and val metrics by step, later attempts winning; a gap raises :class:`IngestError`."""
+def merged_rows(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Train rows and val metrics by step, later attempts winning (an attempt drops every earlier
+    row after its resume step); gaps are left as they are."""
     train: dict[int, dict] = {}
     val: dict[int, dict] = {}
-
-    def gap(missing: list[int]) -> IngestError:
-        spans = "; ".join(f"attempt {a.number} ({a.path}): {a.span}" for a in attempts)
-        return IngestError(f"train steps {_short(missing)} are in no attempt's log ({spans})")
-
     for a in attempts:
         start = a.resume_step
         if start is None:
             continue
-        reached = max(train) if train else 0
-        if start > reached:
-            raise gap(list(range(reached + 1, start + 1)))
         for rows in (train, val):
             for step in [s for s in rows if s > start]:
                 del rows[step]
         train.update(a.train)
         val.update(a.val)
+    return train, val
+
+
+def merge_attempts(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """:func:`merged_rows`; a gap in the train steps 1..last raises :class:`IngestError`."""
+    train, val = merged_rows(attempts)
     steps = sorted(train)
     missing = sorted(set(range(1, steps[-1] + 1)) - set(steps)) if steps else []
     if missing:
-        raise gap(missing)
+        spans = "; ".join(f"attempt {a.number} ({a.path}): {a.span}" for a in attempts)
+        raise IngestError(f"train steps {_short(missing)} are in no attempt's log ({spans})")
     return train, val
+
+
+def logged_through(run_dir: Path) -> int:
+    """The last step ``s`` such that train steps 1..s are all in the attempts' logs (0: none)."""
+    logs = [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in layout.attempts(run_dir)]
+    train, _ = merged_rows(logs)
+    s = 0
+    while s + 1 in train:
+        s += 1
+    return s
 
 
 def _short(items: list[int], limit: int = 10) -> str:

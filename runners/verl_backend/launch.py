@@ -2,7 +2,8 @@
 
 One call of :func:`launch` is one *attempt* (``<run_dir>/verl/attempt-NNN/``): verl resumes from
 the newest checkpoint under ``<run_dir>/checkpoints`` by itself (``trainer.resume_mode=auto``),
-so running the same command again after a crash continues the run. verl's output goes to the
+so running the same command again after a crash continues the run (from the newest checkpoint whose
+step's metrics were logged: :mod:`runners.verl_backend.resume_point`). verl's output goes to the
 attempt's ``verl.log``, a progress bar follows the ``step:N`` lines of verl's console logger
 (:class:`runners.child_process.OutputFollower`), and ``runners.verl_backend.ingest.ingest_run``
 merges verl's metric files into ``metrics.json`` every ``backend.ingest_interval_s`` seconds and
@@ -33,7 +34,7 @@ from omegaconf import DictConfig
 
 from runners import run_lock
 from runners.child_process import GroupReaper, OutputFollower, stop_group
-from runners.verl_backend import layout
+from runners.verl_backend import layout, resume_point
 from runners.verl_backend import overrides as ovr
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
         revisions.require(f"method={cfg.method.name} (score centering)")  # before anything starts
     spec = build_spec(cfg, run_dir)
     paths = spec.paths
+    resume_point.align(run_dir, paths.attempt)  # never past a checkpoint whose step was not logged
     paths.attempt_dir.mkdir(parents=True, exist_ok=True)
     paths.launch_script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {paths.attempt}"))
     paths.launch_script.chmod(0o755)

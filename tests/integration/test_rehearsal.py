@@ -122,10 +122,19 @@ def _syncs(run: Path, attempt: int) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+def _tracked_step(run: Path) -> int:
+    tracker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
+    try:
+        return int(tracker.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
     """PG extended to 15 steps (room to be killed mid-run): a second launch on the busy folder stops at once; SIGKILL of the
-    launcher after the attempt's first training step leaves no Ray process; the same command then
-    finishes the run, with the killed attempt recorded as killed."""
+    launcher as soon as step 8's checkpoint is written (verl validates and logs step 8 only after it: a kill
+    there used to leave the run with step 8 in no log) leaves no Ray process; the same command then finishes
+    the run, with the killed attempt recorded as killed and every step logged."""
     run = sweep / "pg-seed42"
     results = sweep.parent
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -133,11 +142,14 @@ def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
            f"results_root={results}", "trainer.total_steps=15"]
     first = subprocess.Popen(cmd, cwd=results.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 900
-    while _syncs(run, 3) < 2:  # the start-up sync and the one after its first step
+    while _syncs(run, 3) < 1:  # attempt 3 is up: Ray, the workers and the rollout
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-3000:]
         time.sleep(1)
     busy = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=300)
     assert busy.returncode == 3 and busy.stderr.startswith("run folder busy:"), busy.stderr[-2000:]
+    while _tracked_step(run) < 8:
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-3000:]
+        time.sleep(0.05)
     first.kill()
     first.wait()
     deadline = time.monotonic() + 60
@@ -148,9 +160,14 @@ def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
     again = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=1800)
     assert again.returncode == 0, again.stderr[-6000:]
     record = json.loads((run / "metrics.json").read_text())
-    statuses = [a["status"] for a in record["run"]["attempts"]]
-    assert statuses == ["finished", "finished", "killed", "finished"], record["run"]["attempts"]
+    attempts = record["run"]["attempts"]
+    assert [a["status"] for a in attempts] == ["finished", "finished", "killed", "finished"], attempts
     assert record["run"]["status"] == "finished" and record["run"]["last_step"] == 15
     assert [r["step"] for r in record["train"]] == list(range(1, 16))
     assert contract.check_run_dir(run) == []
     assert ray_processes() == []
+    superseded = run / "checkpoints" / "superseded" / "global_step_8-before-attempt-004"
+    if superseded.exists():  # killed between step 8's checkpoint and its log: resumed from step 6
+        assert attempts[3]["start_step"] == 6 and attempts[2]["end_step"] == 7, attempts
+    else:
+        assert attempts[3]["start_step"] >= 8, attempts
