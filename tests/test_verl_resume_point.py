@@ -103,3 +103,15 @@ def test_no_logged_checkpoint_means_a_fresh_start(tmp_path):
     assert resume_point.align(run, 2) is None
     assert find_latest_ckpt_path(str(ckpt)) is None
     assert (ckpt / resume_point.SUPERSEDED / "global_step_2-before-attempt-002" / "actor").is_dir()
+
+
+def test_a_tracker_torn_by_a_kill_points_at_the_newest_logged_checkpoint(tmp_path):
+    run = tmp_path / "pg-seed42"
+    write_attempt(run, 1, 0, 5)
+    ckpt = write_checkpoints(run, [2, 4], tracked=4)
+    (ckpt / resume_point.TRACKER).write_text("")  # verl's open(..., "w") done, its write not
+    with pytest.raises(ValueError):
+        find_latest_ckpt_path(str(ckpt))  # verl alone: the next attempt dies at start-up
+    assert resume_point.align(run, 2) == 4
+    assert find_latest_ckpt_path(str(ckpt)).endswith("global_step_4")
+    assert not (ckpt / resume_point.SUPERSEDED).exists()

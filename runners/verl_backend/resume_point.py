@@ -12,7 +12,9 @@ last step logged without a gap (``S``), every checkpoint after ``S`` is moved, n
 ``checkpoints/superseded/global_step_N-before-attempt-NNN/`` and the tracker is set to the newest
 checkpoint at or before ``S`` (removed when there is none: verl then starts from scratch). verl
 resumes from there as usual, with the reference launch's own ``resume_mode=auto``, and the steps
-after it are trained and logged again by the new attempt (later attempts win in the record).
+after it are trained and logged again by the new attempt (later attempts win in the record). A
+tracker torn by a kill while verl wrote it (empty: verl's own lookup would raise at start-up) is
+rewritten the same way.
 """
 
 from __future__ import annotations
@@ -34,26 +36,27 @@ def align(run_dir: Path, attempt: int) -> int | None:
     """Make verl's resume point for ``attempt`` a checkpoint whose step is logged; return the step
     verl resumes from (None: from scratch or no tracker)."""
     ckpt_dir = layout.checkpoints_dir(run_dir)
-    tracked = layout.resume_step(ckpt_dir)
+    tracker = ckpt_dir / TRACKER
+    tracked = layout.resume_step(ckpt_dir)  # None: no tracker, or one torn by a kill while verl wrote it
     logged = logged_through(run_dir)
-    if tracked is None or tracked <= logged:
+    if tracked is None and not tracker.exists() or tracked is not None and tracked <= logged:
         return tracked
     checkpoints = list_checkpoints(ckpt_dir)
     aside = ckpt_dir / SUPERSEDED
-    aside.mkdir(exist_ok=True)
     moved = []
     for step, folder in checkpoints.items():
         if step > logged:
+            aside.mkdir(exist_ok=True)
             target = aside / f"{folder.name}-before-attempt-{attempt:03d}"
             folder.rename(target)
             moved.append(str(target))
     earlier = [s for s in checkpoints if s <= logged]
-    tracker = ckpt_dir / TRACKER
     if earlier:
         tracker.write_text(str(earlier[-1]))
     else:
         tracker.unlink()
-    log.warning("checkpoint of step %d was saved but steps %d..%d were never logged (the attempt ended between "
-                "the two); resuming from %s instead; moved aside: %s", tracked, logged + 1, tracked,
+    why = (f"checkpoint of step {tracked} was saved but steps {logged + 1}..{tracked} were never logged (the attempt "
+           "ended between the two)" if tracked is not None else f"{tracker} is unreadable (torn by a kill)")
+    log.warning("%s; resuming from %s instead; moved aside: %s", why,
                 f"step {earlier[-1]}" if earlier else "scratch", ", ".join(moved) or "nothing")
     return earlier[-1] if earlier else None
