@@ -15,7 +15,7 @@ import pytest
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from runners.verl_backend import layout, resume_point
-from runners.verl_backend.ingest import merge_attempts, read_attempt
+from runners.verl_backend.ingest import IngestError, merge_attempts, read_attempts
 
 
 def write_attempt(run: Path, number: int, resumed_at: int, last: int) -> None:
@@ -32,13 +32,12 @@ def write_checkpoints(run: Path, steps: list[int], tracked: int) -> Path:
     for s in steps:
         (ckpt / f"global_step_{s}" / "actor").mkdir(parents=True)
         (ckpt / f"global_step_{s}" / "data.pt").write_text(f"dataloader at {s}")
-    (ckpt / resume_point.TRACKER).write_text(str(tracked))
+    (ckpt / layout.TRACKER).write_text(str(tracked))
     return ckpt
 
 
 def merged_steps(run: Path) -> dict[int, float]:
-    logs = [read_attempt(n, layout.AttemptPaths(run, n).file_logger) for n in layout.attempts(run)]
-    train, _ = merge_attempts(logs)
+    train, _ = merge_attempts(read_attempts(run))
     return {s: row["critic/score/mean"] for s, row in train.items()}
 
 
@@ -72,7 +71,7 @@ def test_the_next_attempt_resumes_from_the_newest_logged_checkpoint(killed_after
 def test_without_the_alignment_the_record_has_a_gap(killed_after_checkpoint):
     run = killed_after_checkpoint
     write_attempt(run, 3, 8, 10)  # verl's own resume from the unlogged checkpoint
-    with pytest.raises(Exception, match=r"train steps \[8\] \(1\) are in no attempt's log"):
+    with pytest.raises(IngestError, match=r"train steps \[8\] \(1\) are in no attempt's log"):
         merged_steps(run)
 
 
@@ -109,7 +108,7 @@ def test_a_tracker_torn_by_a_kill_points_at_the_newest_logged_checkpoint(tmp_pat
     run = tmp_path / "pg-seed42"
     write_attempt(run, 1, 0, 5)
     ckpt = write_checkpoints(run, [2, 4], tracked=4)
-    (ckpt / resume_point.TRACKER).write_text("")  # verl's open(..., "w") done, its write not
+    (ckpt / layout.TRACKER).write_text("")  # verl's open(..., "w") done, its write not
     with pytest.raises(ValueError):
         find_latest_ckpt_path(str(ckpt))  # verl alone: the next attempt dies at start-up
     assert resume_point.align(run, 2) == 4

@@ -215,6 +215,11 @@ def read_attempt(number: int, path: Path) -> AttemptLog:
     return attempt
 
 
+def read_attempts(run_dir: Path) -> list[AttemptLog]:
+    """Every attempt's file-logger lines, in attempt order."""
+    return [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in layout.attempts(run_dir)]
+
+
 def merged_rows(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
     """Train rows and val metrics by step, later attempts winning (an attempt drops every earlier
     row after its resume step); gaps are left as they are."""
@@ -245,8 +250,7 @@ def merge_attempts(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[in
 
 def logged_through(run_dir: Path) -> int:
     """The last step ``s`` such that train steps 1..s are all in the attempts' logs (0: none)."""
-    logs = [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in layout.attempts(run_dir)]
-    train, _ = merged_rows(logs)
+    train, _ = merged_rows(read_attempts(run_dir))
     s = 0
     while s + 1 in train:
         s += 1
@@ -445,8 +449,7 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
     spec = RunSpec.from_cfg(cfg, run_dir)
     config_file = run_dir / rc.CONFIG_FILE
     sha = config_sha256(config_file.read_text() if config_file.is_file() else _config_text(cfg))
-    numbers = layout.attempts(run_dir)
-    logs = [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in numbers]
+    logs = read_attempts(run_dir)
     train, val_logged = merge_attempts(logs)
     last = max(train) if train else 0
     if last > spec.total_steps:

@@ -48,10 +48,14 @@ def next_attempt(run_dir: Path) -> int:
     return max(attempts(run_dir), default=0) + 1
 
 
+#: verl's checkpoint tracker in the checkpoint folder: the step ``resume_mode=auto`` resumes from.
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
 def resume_step(ckpt_dir: Path) -> int | None:
-    """The step verl's ``resume_mode=auto`` resumes from (``latest_checkpointed_iteration.txt``), if any."""
+    """The step verl's ``resume_mode=auto`` resumes from (:data:`TRACKER`), if any."""
     try:
-        return int((Path(ckpt_dir) / "latest_checkpointed_iteration.txt").read_text().strip())
+        return int((Path(ckpt_dir) / TRACKER).read_text().strip())
     except (OSError, ValueError):
         return None
 

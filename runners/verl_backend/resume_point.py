@@ -28,7 +28,6 @@ from runners.verl_backend.ingest import logged_through
 
 log = logging.getLogger(__name__)
 
-TRACKER = "latest_checkpointed_iteration.txt"
 SUPERSEDED = "superseded"
 
 
@@ -36,10 +35,12 @@ def align(run_dir: Path, attempt: int) -> int | None:
     """Make verl's resume point for ``attempt`` a checkpoint whose step is logged; return the step
     verl resumes from (None: from scratch or no tracker)."""
     ckpt_dir = layout.checkpoints_dir(run_dir)
-    tracker = ckpt_dir / TRACKER
+    tracker = ckpt_dir / layout.TRACKER
     tracked = layout.resume_step(ckpt_dir)  # None: no tracker, or one torn by a kill while verl wrote it
+    if tracked is None and not tracker.exists():  # a fresh run: nothing to read
+        return None
     logged = logged_through(run_dir)
-    if tracked is None and not tracker.exists() or tracked is not None and tracked <= logged:
+    if tracked is not None and tracked <= logged:
         return tracked
     checkpoints = list_checkpoints(ckpt_dir)
     aside = ckpt_dir / SUPERSEDED

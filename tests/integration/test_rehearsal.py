@@ -24,6 +24,7 @@ import pytest
 
 from analysis import contract
 from runners import verl_cpu
+from runners.verl_backend import layout, resume_point
 
 REPO = Path(__file__).resolve().parents[2]
 ARMS = ("pg", "tis")
@@ -122,14 +123,6 @@ def _syncs(run: Path, attempt: int) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def _tracked_step(run: Path) -> int:
-    tracker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
-    try:
-        return int(tracker.read_text())
-    except (OSError, ValueError):
-        return 0
-
-
 def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
     """PG extended to 15 steps (room to be killed mid-run): a second launch on the busy folder stops at once; SIGKILL of the
     launcher as soon as step 8's checkpoint is written (verl validates and logs step 8 only after it: a kill
@@ -147,7 +140,7 @@ def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
         time.sleep(1)
     busy = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=300)
     assert busy.returncode == 3 and busy.stderr.startswith("run folder busy:"), busy.stderr[-2000:]
-    while _tracked_step(run) < 8:
+    while (layout.resume_step(layout.checkpoints_dir(run)) or 0) < 8:
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-3000:]
         time.sleep(0.05)
     first.kill()
@@ -166,7 +159,7 @@ def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
     assert [r["step"] for r in record["train"]] == list(range(1, 16))
     assert contract.check_run_dir(run) == []
     assert ray_processes() == []
-    superseded = run / "checkpoints" / "superseded" / "global_step_8-before-attempt-004"
+    superseded = layout.checkpoints_dir(run) / resume_point.SUPERSEDED / "global_step_8-before-attempt-004"
     if superseded.exists():  # killed between step 8's checkpoint and its log: resumed from step 6
         assert attempts[3]["start_step"] == 6 and attempts[2]["end_step"] == 7, attempts
     else:
