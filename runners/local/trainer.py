@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from ablations.score_centering import centering_term, head_log_probs
+from ablations.score_centering import centering_term, head_log_probs, head_log_probs_with_tail
 from runners.local.diagnostics import CenteringGradient, shared_context
 from runners.local.generate import left_pad, position_ids_from_mask
 from runners.local.replay_buffer import Group
@@ -122,17 +122,20 @@ class PolicyTrainer:
             tokens = float(mask.sum())
             logits = response_logits(self.model, mb, self.pad_id, self.cfg.rollout.temperature)
             log_prob = head_log_probs(logits, mb.response_ids.to(device)[..., None]).squeeze(-1)
-            train_head = head_log_probs(logits, mb.head_ids.to(device), self.cfg.backend.head_chunk_rows)
+            train_head, train_tail = head_log_probs_with_tail(logits, mb.head_ids.to(device),
+                                                              self.cfg.backend.head_chunk_rows)
             sampler_head = mb.head_log_probs.to(device)
             kwargs = {}
             if self.score_centering:
-                correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap)
+                correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap,
+                                                            train_log_tail=train_tail)
                 kwargs["sc_correction"] = correction
             elif diagnose:  # the counterfactual correction of the SC arm with this arm's cap
-                correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap)
+                correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap,
+                                                            train_log_tail=train_tail)
             else:
                 with torch.no_grad():
-                    _, q_mass, p_mass = centering_term(train_head.detach(), sampler_head)
+                    _, q_mass, p_mass = centering_term(train_head.detach(), sampler_head, train_log_tail=train_tail)
             advantages = batch.advantages[part, : mask.shape[1]].to(device)
             if diagnose:
                 centering_grad.add(torch.where(mask.bool(), advantages * correction, 0.0).sum() / total_tokens)

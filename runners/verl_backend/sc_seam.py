@@ -84,7 +84,7 @@ def project_logits_processor(student_logits: torch.Tensor, data: Any, config: An
         ``sc_correction`` (with gradient to the logits), ``sc_sampler_head_mass``,
         ``sc_train_head_mass`` (detached), each ``(1, nnz)``.
     """
-    from ablations.score_centering import centering_term, head_log_probs
+    from ablations.score_centering import centering_term, head_log_probs_with_tail
 
     if data_format != "thd":
         raise NotImplementedError(f"score centering needs the packed (thd) layout, got data_format={data_format!r}")
@@ -93,7 +93,8 @@ def project_logits_processor(student_logits: torch.Tensor, data: Any, config: An
     if ids.shape[0] != logits.shape[0] or sampler.shape != ids.shape:
         raise ValueError(f"sampler head {tuple(ids.shape)} / {tuple(sampler.shape)} does not line up with the "
                          f"trainer logits {tuple(logits.shape)}")
-    correction, sampler_mass, train_mass = centering_term(head_log_probs(logits, ids), sampler, is_cap=is_cap_from(config))
+    head, log_tail = head_log_probs_with_tail(logits, ids)
+    correction, sampler_mass, train_mass = centering_term(head, sampler, is_cap=is_cap_from(config), train_log_tail=log_tail)
     return {"sc_correction": correction.unsqueeze(0), "sc_sampler_head_mass": sampler_mass.detach().unsqueeze(0),
             "sc_train_head_mass": train_mass.detach().unsqueeze(0)}
 
