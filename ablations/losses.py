@@ -1,9 +1,8 @@
 """The four policy-loss arms, registered in verl's ``POLICY_LOSS_REGISTRY``.
 
-Bypass convention: ``old_log_prob`` is the *sampler's* log-prob of the sampled token, so the
-token ratio ``p(a)/q(a) = exp(log_prob - old_log_prob)`` covers staleness and numerics
-mismatch at once. Every arm minimises the token mean (``loss_agg_mode``, via verl's
-``agg_loss`` with ``config.global_batch_info``) of
+The per-token math is :func:`ablations.token_loss.token_loss` (torch only); here each arm reads its
+inputs from verl's call, and minimises the token mean (``loss_agg_mode``, via verl's ``agg_loss``
+with ``config.global_batch_info``) of
 
     l_t = -A * ( sg(w_a) * log p(a) - C_t )
 
@@ -15,7 +14,8 @@ mismatch at once. Every arm minimises the token mean (``loss_agg_mode``, via ver
 | ablation_sc_tis| min(p(a)/q(a), cap)  | keyword ``sc_correction`` (SC+TIS centering)   |
 
 ``C_t`` comes from :func:`ablations.score_centering.centering_term` computed by the caller (it
-needs the trainer's logits at the sampler's head ids, which a policy loss never sees). The TIS
+needs the trainer's logits at the sampler's head ids, which a policy loss never sees), as the
+keyword ``sc_correction`` or through :func:`ablations.token_loss.supplying_correction`. The TIS
 cap is verl's own ``policy_loss.rollout_correction.rollout_is_threshold`` (default 2.0).
 
 Adding an arm: one function decorated with :func:`arm` here (declaring what it reads: the TIS cap,
@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
+
+from ablations.token_loss import resolve_correction, token_loss
 
 #: Names of the arms, in registration order (filled by :func:`arm`).
 ARM_NAMES: list[str] = []
@@ -108,25 +110,6 @@ def parse_tis_cap(raw: Any) -> float:
     return cap
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean over ``mask``; values at masked-out positions (even inf/nan) are ignored."""
-    return float(torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1))
-
-
-def _require_correction(name: str, log_prob: torch.Tensor, sc_correction: torch.Tensor | None) -> torch.Tensor:
-    if sc_correction is None:
-        raise ValueError(
-            f"{name} needs the keyword argument sc_correction: the per-token score-centering term C_t "
-            "(shape of log_prob, with gradient), from ablations.score_centering.centering_term over the "
-            "sampler's top-k head; in verl this needs score centering enabled (verl >= 8718ca30)"
-        )
-    if sc_correction.shape != log_prob.shape:
-        raise ValueError(
-            f"{name}: sc_correction has shape {tuple(sc_correction.shape)}, log_prob {tuple(log_prob.shape)}"
-        )
-    return sc_correction
-
-
 def _reinforce(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -137,26 +120,10 @@ def _reinforce(
     cap: float | None,
     correction: torch.Tensor | None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token loss ``-A (sg(w_a) log p(a) - C)`` aggregated by verl's ``agg_loss``, plus metrics."""
+    """The token loss of :func:`ablations.token_loss.token_loss` aggregated by verl's ``agg_loss``, plus metrics."""
     if config is None:
         raise ValueError("the ablation losses need verl's actor config (for global_batch_info and the TIS cap)")
-    mask = response_mask.bool()
-    metrics: dict[str, float] = {}
-    with torch.no_grad():
-        log_ratio = log_prob.detach() - old_log_prob.detach()
-        metrics["actor/ppo_kl"] = _masked_mean(-log_ratio, mask)  # k1 estimate of KL(q || p)
-    score = log_prob
-    if cap is not None:
-        with torch.no_grad():
-            # exp(min(log r, log cap)) = min(r, cap), without overflow for large ratios
-            weight = torch.exp(torch.clamp(log_ratio, max=math.log(cap)))
-            metrics["actor/tis_clip_fraction"] = _masked_mean((log_ratio > math.log(cap)).float(), mask)
-            metrics["actor/tis_weight_mean"] = _masked_mean(weight, mask)
-        score = weight * log_prob
-    if correction is not None:
-        score = score - correction
-        metrics["actor/sc_correction"] = _masked_mean(correction.detach(), mask)
-    loss_mat = -advantages * score
+    loss_mat, metrics = token_loss(old_log_prob, log_prob, advantages, response_mask, cap, correction)
     loss = agg_loss(
         loss_mat=loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
     )
@@ -208,7 +175,7 @@ def policy_loss_sc(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """SC: ``l_t = -A (log p(a) - C_t)``, ``C_t = sum_{v in H} sg(q(v) - rho p(v)) log p(v)``."""
-    correction = _require_correction("ablation_sc", log_prob, sc_correction)
+    correction = resolve_correction("ablation_sc", log_prob, sc_correction)
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, None, correction)
 
 
@@ -228,5 +195,5 @@ def policy_loss_sc_tis(
     ``C_t = sum_{v in H} sg(min(p(v), c q(v)) - min(1, c rho) p(v)) log p(v)`` (computed with the same cap).
     """
     cap = tis_cap(config)
-    correction = _require_correction("ablation_sc_tis", log_prob, sc_correction)
+    correction = resolve_correction("ablation_sc_tis", log_prob, sc_correction)
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, cap, correction)

@@ -73,13 +73,32 @@ def test_cap_must_be_a_single_number(actor_config):
 @pytest.mark.parametrize("name", ["ablation_sc", "ablation_sc_tis"])
 def test_sc_arms_name_the_missing_correction(name, actor_config):
     old_log_prob, log_prob, advantages, mask = batch()
-    with pytest.raises(ValueError, match=f"{name} needs the keyword argument sc_correction"):
+    with pytest.raises(ValueError, match=f"{name} needs the per-token score-centering term"):
         get_policy_loss_fn(name)(old_log_prob, log_prob, advantages, mask, "token-mean", actor_config(name))
     with pytest.raises(ValueError, match="sc_correction has shape"):
         get_policy_loss_fn(name)(
             old_log_prob, log_prob, advantages, mask, "token-mean", actor_config(name),
             sc_correction=torch.zeros(2),
         )
+
+
+@pytest.mark.parametrize("name", ["ablation_sc", "ablation_sc_tis"])
+def test_a_supplied_correction_equals_the_keyword(name, actor_config):
+    """verl 0.9.1's ppo_loss cannot pass sc_correction: the project's engine supplies it around the call."""
+    from ablations.token_loss import supplying_correction
+
+    old_log_prob, log_prob, advantages, mask = batch(seed=4)
+    correction = torch.randn_like(log_prob)
+    loss_fn = get_policy_loss_fn(name)
+    by_keyword, metrics_kw = loss_fn(old_log_prob, log_prob, advantages, mask, "token-mean", actor_config(name),
+                                     sc_correction=correction)
+    with supplying_correction(correction):
+        supplied, metrics_supplied = loss_fn(old_log_prob, log_prob, advantages, mask, "token-mean", actor_config(name))
+        with pytest.raises(ValueError, match="both as a keyword and"):
+            loss_fn(old_log_prob, log_prob, advantages, mask, "token-mean", actor_config(name), sc_correction=correction)
+    assert float(supplied) == float(by_keyword) and metrics_supplied == metrics_kw
+    with pytest.raises(ValueError, match="needs the per-token"):  # the block is over: nothing supplied any more
+        loss_fn(old_log_prob, log_prob, advantages, mask, "token-mean", actor_config(name))
 
 
 @pytest.mark.parametrize("name", ["ablation_sc", "ablation_sc_tis"])

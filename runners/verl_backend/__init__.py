@@ -53,6 +53,9 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
         newer = ", ".join(f"{r['key']} ({r['status']})" for r in report["newer_keys"]) or "none"
         log.info("dry run of %s passed against verl %s; keys of newer verl: %s; files in %s",
                  cfg.run_name, report["verl_version"], newer, run_dir / "verl" / "dry_run")
+        if transport := report.get("score_centering_transport"):
+            log.info("score centering of %s: the sampler's head travels by %s transport: %s", cfg.run_name,
+                     "verl's own" if transport["name"] == "verl" else "the project's", transport["summary"])
         for note in report.get("notes", []):
             log.info("note: %s", note)
         if "rehearsal" in report:

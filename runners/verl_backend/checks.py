@@ -4,9 +4,9 @@ Every error is a ``ValueError`` naming the key and what it allows. ``runners.val
 first (the schema, the arm, the rules every backend shares); the checks that need verl's composed
 config run in the dry run. These are the verl backend's own rules across keys: what
 ``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
-keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`), score-centering
-support on a real launch (the error names the verl commit and the install command), and on the CPU
-rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`).
+keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`, for the arm's head
+transport), that the installed verl can carry an SC arm's head on a real launch (the error names what
+it lacks), and on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def _check_launch(cfg: DictConfig) -> None:
         _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
         _fail("backend.logger", loggers, "a list that contains 'file' (metrics ingestion reads it)")
-    for req in (r for r in rev.SC_REQUIRES if ovr.is_score_centering(cfg) and r.project):  # keys the project sets
+    transport = rev.transport().name
+    for req in (r for r in rev.SC_REQUIRES if ovr.is_score_centering(cfg) and r.project and r.applies(transport)):
         if not req.allows(value := _value(cfg, req.project)):
             _fail(req.project, value, f"{rev.as_text(req.want)} for score centering ({req.why})")
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from runners import verl_head
 from runners.hydra_override import compose_dir_offline, compose_offline, parse
 from runners.validate import CONF_DIR
 from runners.verl_backend import launch, layout, rehearsal
@@ -115,17 +116,32 @@ def with_deferred(cfg: DictConfig, deferred: dict[str, Any]) -> DictConfig:
     return view
 
 
-def score_centering_problems(cfg: DictConfig) -> list[str]:
-    """What newer verl (plus the project's seam) would reject in this score-centering setting."""
+def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str]:
+    """What the arm's head transport (``transport``: a :class:`~runners.verl_backend.revisions.Transport`
+    name, None for an arm without score centering) would reject in this setting; verl's own score-centering
+    keys set without it are a problem too."""
     get = lambda key, absent=None: OmegaConf.select(cfg, key, default=absent)  # noqa: E731
     on = [bool(get(key, False)) for key in (rev.DRIVER_SC_KEY, rev.ACTOR_SC_KEY)]
-    if not any(on):
-        return []
-    problems = [] if all(on) else [f"score centering must be on in both {rev.DRIVER_SC_KEY} and {rev.ACTOR_SC_KEY}"]
-    topk = get(rev.TOPK_KEY, 0)
-    if not rev.BY_KEY[rev.TOPK_KEY].value_ok(topk):
-        problems.append(f"{rev.TOPK_KEY} must be an integer >= 1, got {topk!r}")
-    for req in rev.SC_REQUIRES:
+    if transport is None:
+        return [f"verl's score centering is switched on ({rev.DRIVER_SC_KEY}) for an arm without it"] if any(on) else []
+    problems: list[str] = []
+    if transport == rev.VERL_TRANSPORT.name:
+        if not all(on):
+            problems.append(f"score centering must be on in both {rev.DRIVER_SC_KEY} and {rev.ACTOR_SC_KEY}")
+        topk = get(rev.TOPK_KEY, 0)
+        if not rev.BY_KEY[rev.TOPK_KEY].value_ok(topk):
+            problems.append(f"{rev.TOPK_KEY} must be an integer >= 1, got {topk!r}")
+    else:
+        if any(on):
+            problems.append(f"{rev.DRIVER_SC_KEY} belongs to verl's own head transport, not the project's")
+        topk_key = f"{rev.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}"
+        topk = get(topk_key, 0)
+        if not (isinstance(topk, int) and topk >= 1):
+            problems.append(f"{topk_key} must be an integer >= 1 (method.top_k), got {topk!r}")
+        elif not (isinstance(cap := get(f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs", 20), int) and cap >= topk):
+            problems.append(f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs={cap!r} is below the head size {topk}: "
+                            "vLLM refuses the request")
+    for req in (r for r in rev.SC_REQUIRES if r.applies(transport)):
         if not req.allows(got := get(req.key, req.absent)):
             problems.append(f"score centering needs {req.key} {req.wanted()}, got {got!r} ({req.why})")
     for name in rev.SC_SIDES_AGREE:  # compared as written: a key set on one side only is a mismatch
@@ -148,6 +164,34 @@ def score_centering_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+def head_transport_problems(cfg: DictConfig) -> list[str]:
+    """The project's transport as the real launch loads it: the manager class from verl's config (the way
+    verl's task runner loads it) and the head engine from verl's registry under the vendor key."""
+    from verl.utils.import_utils import load_class_from_fqn
+    from verl.workers.engine.base import EngineRegistry
+
+    problems = []
+    fqn = OmegaConf.select(cfg, f"{rev.ROLLOUT}.agent.agent_loop_manager_class")
+    try:
+        load_class_from_fqn(fqn, "AgentLoopManager")
+    except Exception as err:  # noqa: BLE001 - any failure to load it is a finding
+        problems.append(f"the agent-loop manager class {fqn!r} does not load: {err}")
+    saved = {k: os.environ.get(k) for k in ("VERL_ENGINE_DEVICE", "VERL_ENGINE_VENDOR")}
+    os.environ.update(VERL_ENGINE_DEVICE="cuda", VERL_ENGINE_VENDOR=verl_head.ENGINE_VENDOR)
+    try:
+        engine = EngineRegistry.get_engine_cls("language_model", str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy")))
+        if engine.__module__ != "runners.verl_head.engine":
+            problems.append(f"verl's engine registry gives {engine.__qualname__} for vendor {verl_head.ENGINE_VENDOR!r}, "
+                            "not the project's head engine")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return problems
+
+
 def newer_key_rows(overrides: list[str], deferred: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per newer key set (key, value, since, status: "table" when the installed verl lacks
     it, "native" when it was composed), and the values the table does not allow."""
@@ -163,28 +207,36 @@ def newer_key_rows(overrides: list[str], deferred: dict[str, Any]) -> tuple[list
     return rows, problems
 
 
-def loss_call_problems(cfg: DictConfig, view: DictConfig) -> list[str]:
+def loss_call_problems(cfg: DictConfig, view: DictConfig, project_transport: bool = False) -> list[str]:
     """Call the arm's registered loss once, the way verl's worker does, on a 1 x 3 dummy batch.
 
     The actor config goes through verl's own ``omega_conf_to_dataclass`` (as in ``init_model``), so
     what the loss reads from it arrives in the form it has inside the worker (the actor-side
     ``rollout_correction`` block, for one, is a plain mapping there). ``view`` is the config with
-    the keys of newer verl set: an SC arm's loss gets an ``sc_correction`` on any verl.
+    the keys of newer verl set: with verl's own transport an SC arm's loss gets ``sc_correction`` as
+    the keyword, with the project's (``project_transport``) it is supplied around the call, as the
+    head engine does.
     """
+    import contextlib
+
     import torch
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
+
+    from ablations.token_loss import supplying_correction
 
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     actor.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=1, loss_scale_factor=None)
     log_prob = torch.zeros(1, 3, requires_grad=True)
     kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, rev.ACTOR_SC_KEY) else {}
+    supplied = supplying_correction(torch.zeros(1, 3)) if project_transport else contextlib.nullcontext()
     try:
-        loss, _ = get_policy_loss_fn(actor.policy_loss.loss_mode)(
-            old_log_prob=torch.full((1, 3), -0.5), log_prob=log_prob, advantages=torch.ones(1, 3),
-            response_mask=torch.ones(1, 3), loss_agg_mode=actor.loss_agg_mode, config=actor,
-            rollout_is_weights=None, **kwargs,
-        )
+        with supplied:
+            loss, _ = get_policy_loss_fn(actor.policy_loss.loss_mode)(
+                old_log_prob=torch.full((1, 3), -0.5), log_prob=log_prob, advantages=torch.ones(1, 3),
+                response_mask=torch.ones(1, 3), loss_agg_mode=actor.loss_agg_mode, config=actor,
+                rollout_is_weights=None, **kwargs,
+            )
         loss.backward()
     except Exception as err:  # noqa: BLE001 - any failure of the loss inside verl's worker is a finding
         return [f"the loss {actor.policy_loss.loss_mode!r} fails on verl's converted actor config: {err}"]
@@ -208,8 +260,9 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
 
     support = rev.check()
     notes: list[str] = []
-    if score_centering and support.ok:
-        importlib.import_module(ovr.SC_HOOK_MODULE)  # installs the seam, as at the real driver's `import verl`
+    verls_own = support.transport == rev.VERL_TRANSPORT.name
+    if score_centering and support.ok:  # what a real launch's `import verl` does in every process
+        importlib.import_module(ovr.SC_HOOK_MODULE if verls_own else verl_head.PLUGIN_MODULE)
     elif score_centering:
         notes.append("a real launch of this arm fails on this verl: " + support.message())
     native, deferred = split(overrides)
@@ -233,16 +286,21 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
                         f"process (registered project arms: {arms}); is the `ablations` plug-in installed?")
     else:
-        problems += loss_call_problems(cfg, view)
+        problems += loss_call_problems(cfg, view, project_transport=score_centering and not verls_own)
     data_problems, data_notes = _data_problems(cfg)
     newer, table_problems = newer_key_rows(overrides, deferred)
-    problems += launch_shape_problems(cfg) + data_problems + table_problems + score_centering_problems(view)
+    problems += launch_shape_problems(cfg) + data_problems + table_problems
+    problems += score_centering_problems(view, support.transport if score_centering else None)
+    if score_centering and support.ok and not verls_own:
+        problems += head_transport_problems(cfg)
     notes += data_notes
     if problems:
         raise ValueError("dry run against the installed verl failed:\n  - " + "\n  - ".join(problems))
+    transport = next(t for t in (rev.VERL_TRANSPORT, rev.PROJECT_TRANSPORT) if t.name == support.transport)
     return {"status": "passed", "verl_version": support.verl_version, "score_centering_support": support.ok,
             "score_centering_missing": list(support.missing),
-            "seam_installed": bool(score_centering and support.ok and sc_seam.installed()),
+            "score_centering_transport": {"name": transport.name, "summary": transport.summary} if score_centering else None,
+            "seam_installed": bool(score_centering and support.ok and verls_own and sc_seam.installed()),
             "composed_overrides": len(native), "newer_keys": newer, "notes": notes, "verl_config": OmegaConf.to_yaml(cfg)}
 
 

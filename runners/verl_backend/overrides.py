@@ -8,8 +8,11 @@ bonus, AdamW at a constant lr without warm-up, one PPO epoch over one mini-batch
 bypass-mode REINFORCE, written on the driver *and* the actor side (the V1 trainer does not copy one
 to the other); the project's registered loss (``method.loss_mode``); overlong prompts dropped, never
 cut (``data.truncation=error``); evaluation before training. A TIS arm adds token-level IS with cap
-``method.tis_cap`` (which the score-centering seam reads too), an SC arm the keys of newer verl
-(:data:`runners.verl_backend.revisions.NEWER_KEYS`).
+``method.tis_cap`` (which the score-centering correction reads too). An SC arm adds what its head
+transport (:func:`runners.verl_backend.revisions.transport`) needs: on verl's own, the keys of newer
+verl (:data:`runners.verl_backend.revisions.NEWER_KEYS`) and the seam hook; on the project's
+(:mod:`runners.verl_head`), the agent-loop manager class, k in ``rollout.custom``, vLLM's
+``max_logprobs``, the engine's vendor key and the transport's plug-in module.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from runners import verl_head
 from runners.hydra_override import override
 from runners.schema import arm_traits
 from runners.verl_backend import rehearsal
@@ -43,13 +47,24 @@ def is_score_centering(cfg: DictConfig) -> bool:
     return arm_traits(cfg.method).sc
 
 
+def uses_project_transport(cfg: DictConfig) -> bool:
+    """An SC arm on a verl without its own head transport (:data:`~runners.verl_backend.revisions.PROJECT_TRANSPORT`)."""
+    return is_score_centering(cfg) and rev.transport() is rev.PROJECT_TRANSPORT
+
+
 def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor: the file
-    logger's path, the modules every verl process imports, what the installed verl needs to avoid
-    its known defects (:func:`runners.verl_backend.revisions.environment_fixes`) and, on the CPU
-    rehearsal, the platform's (:func:`runners.verl_backend.rehearsal.environment`)."""
-    modules = [REGISTRY_MODULE] + ([SC_HOOK_MODULE] if is_score_centering(cfg) else [])
+    logger's path, the modules every verl process imports (for an SC arm its transport's), what the
+    installed verl needs to avoid its known defects (:func:`runners.verl_backend.revisions.environment_fixes`),
+    the head engine's vendor key on the project's transport and, on the CPU rehearsal, the
+    platform's (:func:`runners.verl_backend.rehearsal.environment`)."""
+    modules = [REGISTRY_MODULE]
     env = {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), **rev.environment_fixes()}
+    if uses_project_transport(cfg):
+        modules.append(verl_head.PLUGIN_MODULE)
+        env["VERL_ENGINE_VENDOR"] = verl_head.ENGINE_VENDOR
+    elif is_score_centering(cfg):
+        modules.append(SC_HOOK_MODULE)
     if rehearsal.is_rehearsal(cfg):
         cpu_env, cpu_modules = rehearsal.environment(cfg, paths.cpu_state)
         env.update(cpu_env)
@@ -183,8 +198,12 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("reward.reward_manager.name", b.reward.manager_name)
     put("reward.reward_manager.module.path", b.reward.manager_module)
 
-    # score centering: sampler head from vLLM + verl's slot switched on (keys of newer verl)
-    if is_score_centering(cfg):
+    # score centering: the sampler's head from vLLM to the trainer's logits, by the arm's transport
+    if uses_project_transport(cfg):
+        put(f"{rev.ROLLOUT}.agent.agent_loop_manager_class", verl_head.MANAGER_CLASS, add=True)
+        put(f"{rev.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}", int(m.top_k), add=True)
+        put(f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs", int(m.top_k), add=True)  # vLLM's default is 20
+    elif is_score_centering(cfg):  # verl's own (keys of newer verl)
         put(rev.TOPK_KEY, int(m.top_k), add=True)
         put(rev.DRIVER_SC_KEY, True, add=True)
         put(rev.ACTOR_SC_KEY, True, add=True)

@@ -70,12 +70,15 @@ def logical_gpus(cfg: DictConfig) -> int:
 
 
 def rollout_name(cfg: DictConfig) -> str:
-    """verl's rollout name in a rehearsal: the CPU rollout's own, or for an arm that needs the sampler's
-    head (SC) ``vllm``, which verl 8718ca30 requires of score centering and the CPU platform maps to
-    the same stand-in (:data:`runners.verl_cpu.HEAD_ROLLOUT_NAME`)."""
+    """verl's rollout name in a rehearsal: the CPU rollout's own, or for an SC arm on verl's own head
+    transport ``vllm``, which verl 8718ca30 requires of score centering and the CPU platform maps to
+    the same stand-in (:data:`runners.verl_cpu.HEAD_ROLLOUT_NAME`). On the project's transport the
+    CPU rollout answers the head request under its own name."""
     from runners.schema import arm_traits
+    from runners.verl_backend import revisions as rev
 
-    return verl_cpu.HEAD_ROLLOUT_NAME if arm_traits(cfg.method).sc else verl_cpu.ROLLOUT_NAME
+    native_sc = arm_traits(cfg.method).sc and rev.transport() is rev.VERL_TRANSPORT
+    return verl_cpu.HEAD_ROLLOUT_NAME if native_sc else verl_cpu.ROLLOUT_NAME
 
 
 def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
@@ -90,8 +93,9 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
              "verl's FSDP engine is looked up under the cuda device name; one thread per process",
              env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}, modules=(PLUGIN_MODULE,)),
         Swap("rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl_cpu.rollout): "
-             "an HF model sampling on the CPU instead of vLLM; an SC arm keeps rollout.name="
-             f"{verl_cpu.HEAD_ROLLOUT_NAME} (verl 8718ca30 takes the sampler head from that name only), which the "
+             "an HF model sampling on the CPU instead of vLLM, returning the sampler's top-k head where a request "
+             "asks for it; an SC arm on verl's own head transport keeps rollout.name="
+             f"{verl_cpu.HEAD_ROLLOUT_NAME} (verl 8718ca30 takes the head from that name only), which the "
              "CPU platform registers to the same stand-in",
              {"actor_rollout_ref.rollout.name": rollout_name(cfg), "actor_rollout_ref.rollout.dtype": "float32"}),
         Swap("weight sync", f"`{verl_cpu.WEIGHT_SYNC_BACKEND}` in verl's CheckpointEngineRegistry "

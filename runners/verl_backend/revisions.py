@@ -2,16 +2,22 @@
 
 * **0.9.1** (the PyPI pin): the V1 ``separate_async`` trainer (FSDP2 + standalone vLLM on Ray),
   bypass-mode REINFORCE, token-level IS; rollout-correction ``rollout_is_threshold`` defaults to
-  :data:`DEFAULT_IS_THRESHOLD`. No score centering: no way to bring the sampler's top-k head from
-  vLLM into the trainer's loss.
+  :data:`DEFAULT_IS_THRESHOLD`. No score-centering transport of its own, but the slots of
+  :data:`PROJECT_SLOTS`, through which the project carries the sampler's head itself
+  (:data:`PROJECT_TRANSPORT`, :mod:`runners.verl_head`).
 * **8718ca30** (PR #8010): 0.9.1 plus score centering. vLLM returns the head
   (``rollout.topk_log_probs``), it is carried through partial rollouts and TransferQueue, and the
   FSDP engine hands the trainer logits to a logits-processor slot, :data:`SEAM_MODULE`, into which
-  the project plugs its correction (:mod:`runners.verl_backend.sc_seam`). It adds the config keys
-  of :data:`NEWER_KEYS` and enforces :data:`SC_REQUIRES` and :data:`SC_SIDES_AGREE`.
+  the project plugs its correction (:mod:`runners.verl_backend.sc_seam`): :data:`VERL_TRANSPORT`.
+  It adds the config keys of :data:`NEWER_KEYS` and enforces :data:`SC_REQUIRES` and :data:`SC_SIDES_AGREE`.
 
-Read by every module of the backend. docs/verl_reference.md prints :func:`markdown_table` (a test
-keeps the two in step). Importing this module is cheap; :func:`check` imports verl.
+Which transport an SC arm uses (:func:`transport`): verl's own where the installed verl has the
+seam module, else the project's; :func:`check` verifies the chosen one's facts on the installed verl
+and an SC launch stops before anything starts where they do not hold. Either way the correction that
+trains is the project's (``ablations.score_centering``).
+
+Read by every module of the backend. docs/verl_reference.md prints :func:`markdown_table` and
+:func:`slots_table` (a test keeps them in step). Importing this module is cheap; :func:`check` imports verl.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from runners.verl_head import MANAGER_CLASS
+
 
 @dataclasses.dataclass(frozen=True)
 class Revision:
@@ -34,11 +42,11 @@ class Revision:
 
 
 _SC_COMMIT = "8718ca30a3f002f93b7c4fd99b9b2506718681bc"
-PYPI = Revision("0.9.1", None, 'pip install -e ".[gpu]"', score_centering=False)
-#: The install: the project's gpu extra first, then verl from git at the commit over the wheel, other pins kept.
+PYPI = Revision("0.9.1", None, 'pip install -e ".[gpu]"', score_centering=True)
+#: Optional: verl's own transport. The project's gpu extra first, then verl from git at the commit over the wheel.
 SCORE_CENTERING = Revision(_SC_COMMIT[:8], _SC_COMMIT, f'{PYPI.install} && pip install --no-deps '
                            f'"verl @ git+https://github.com/verl-project/verl.git@{_SC_COMMIT}"', score_centering=True)
-REQUIRED_COMMIT = SCORE_CENTERING.commit  # the first with score-centering support (the reference runs)
+REQUIRED_COMMIT = SCORE_CENTERING.commit  # the first with verl's own score-centering transport (the reference runs)
 REQUIRED_COMMIT_SHORT = SCORE_CENTERING.name
 INSTALL_COMMAND = SCORE_CENTERING.install
 
@@ -101,6 +109,10 @@ class Requirement:
     why: str
     project: str | None = None  # the project key that sets it (checked before any compute), if any
     absent: Any = None  # the value when the key is not in the config
+    transport: str | None = None  # the head transport it belongs to (Transport.name); None: both
+
+    def applies(self, transport_name: str) -> bool:
+        return self.transport in (None, transport_name)
 
     def allows(self, value: Any) -> bool:
         return value in self.want if isinstance(self.want, tuple) else value == self.want
@@ -118,10 +130,23 @@ def as_text(value: Any) -> str:
 
 
 FULL = "the head needs the full distribution"
-#: What 8718ca30's config validator, ``RolloutConfig`` and ``RolloutCorrectionConfig`` (plus the
-#: project's seam) require of a score-centering arm, besides :data:`NEWER_KEYS` and :data:`SC_SIDES_AGREE`.
+#: The hazard of docs/score_centering.md ("In-place cross-entropy"): without entropy verl computes the
+#: log-probs with flash-attn's cross-entropy and inplace_backward=True, which overwrites the logits.
+IN_PLACE_CE = ("verl's log-prob backward would otherwise run flash-attn's cross-entropy in place over the logits "
+               "the correction's backward reads")
+#: What a score-centering arm needs of verl's config: for verl's own transport what 8718ca30's config
+#: validator, ``RolloutConfig`` and ``RolloutCorrectionConfig`` (plus the project's seam) require, besides
+#: :data:`NEWER_KEYS` and :data:`SC_SIDES_AGREE`; for the project's what :mod:`runners.verl_head` relies on.
 SC_REQUIRES: tuple[Requirement, ...] = (
-    Requirement(f"{ROLLOUT}.name", "vllm", "the head comes from vLLM"),
+    Requirement(f"{ROLLOUT}.name", "vllm", "the head comes from vLLM", transport="verl"),
+    Requirement(f"{ROLLOUT}.name", ("vllm", "cpu_hf"), "a rollout server that answers the project's head request "
+                "(vLLM, or the CPU rehearsal's runners.verl_cpu)", transport="project"),
+    Requirement(f"{ROLLOUT}.agent.agent_loop_manager_class", MANAGER_CLASS,
+                "the project's agent-loop manager carries the head", transport="project"),
+    Requirement(f"{ROLLOUT}.agent.default_agent_loop", "single_turn_agent", "the project's transport carries "
+                "single-turn rollouts (every response token from one request)", transport="project",
+                absent="single_turn_agent"),
+    Requirement("actor_rollout_ref.actor.calculate_entropy", True, IN_PLACE_CE, project="backend.actor.calculate_entropy"),
     Requirement(f"{ROLLOUT}.calculate_log_probs", True, "the head comes with the sampled log-probs"),
     Requirement(f"{ROLLOUT}.logprobs_mode", "processed_logprobs", "the sampled distribution",
                 project="backend.rollout_engine.logprobs_mode"),
@@ -154,6 +179,109 @@ def markdown_table() -> str:
     """:data:`NEWER_KEYS` as printed in docs/verl_reference.md."""
     lines = ["| key | since verl commit | allowed | what it does |", "|---|---|---|---|"]
     lines += [f"| `{e.key}` | {e.since[:8]} | {e.allowed} | {e.meaning} |" for e in NEWER_KEYS]
+    return "\n".join(lines)
+
+
+# -- what the project's transport relies on (verl 0.9.1) -----------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One thing of the installed verl that :mod:`runners.verl_head` plugs into, and how to tell it is there."""
+
+    where: str  # module.attribute
+    what: str  # what the project relies on, in words
+    holds: Callable[[], bool]
+
+
+def _attribute(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    obj = importlib.import_module(module)
+    for part in name.split("/"):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _has(path: str, *names: str) -> Callable[[], bool]:
+    """``path`` (``module.Class``) exists and has every attribute in ``names``."""
+    def holds() -> bool:
+        try:
+            obj = _attribute(path)
+        except (ImportError, AttributeError):
+            return False
+        return all(hasattr(obj, n) for n in names)
+    return holds
+
+
+def _source_has(module: str, *snippets: str) -> Callable[[], bool]:
+    """The installed ``module``'s source (read, not imported) contains every snippet."""
+    def holds() -> bool:
+        path = source_file(module)
+        text = path.read_text(encoding="utf-8") if path else ""
+        return bool(text) and all(s in text for s in snippets)
+    return holds
+
+
+def _code_has(path: str, *, names: tuple[str, ...] = (), consts: tuple[str, ...] = ()) -> Callable[[], bool]:
+    """The function ``path`` (``module.Class/method``) refers to these names and string constants."""
+    def holds() -> bool:
+        import inspect
+
+        try:
+            code = inspect.unwrap(_attribute(path)).__code__  # under verl's tracing decorators
+        except (ImportError, AttributeError):
+            return False
+        return set(names) <= set(code.co_names) | set(code.co_varnames) and set(consts) <= set(code.co_consts)
+    return holds
+
+
+def _field(module: str, cls: str, name: str) -> Callable[[], bool]:
+    def holds() -> bool:
+        try:
+            return declares(module, cls, name)
+        except (ImportError, AttributeError, TypeError):
+            return False
+    return holds
+
+
+_SERVER = "verl.workers.rollout.vllm_rollout.vllm_async_server"  # imports vLLM: read as source
+_FSDP = "verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead"
+PROJECT_SLOTS: tuple[Slot, ...] = (
+    Slot(f"{_SERVER}.vLLMReplica", "the replica names its server class in server_class, and the server hands the "
+         "request's sampling params (extra_args included) to SamplingParams and keeps the engine in self.engine",
+         _source_has(_SERVER, "self.server_class = ray.remote(vLLMHttpServer)",
+                     "SamplingParams(max_tokens=max_tokens, **sampling_params)", "self.engine = engine_client")),
+    Slot("verl.workers.rollout.replica.RolloutReplicaRegistry", "rollout replicas are looked up by name (lazily)",
+         _has("verl.workers.rollout.replica.RolloutReplicaRegistry", "register")),
+    Slot("verl.workers.rollout.replica.TokenOutput.extra_fields", "a server's per-request extra fields",
+         lambda: "extra_fields" in getattr(_attribute("verl.workers.rollout.replica.TokenOutput"), "model_fields", {})),
+    Slot("verl.workers.rollout.llm_server.FullyAsyncLLMServerClient.generate", "resumed segments come from "
+         "super().generate (where the project collects each segment's head)",
+         _code_has("verl.workers.rollout.llm_server.FullyAsyncLLMServerClient/generate", names=("super", "generate"))),
+    Slot("verl.workers.config.rollout.AgentLoopConfig.agent_loop_manager_class", "the agent-loop manager class is "
+         "chosen by config", _field("verl.workers.config.rollout", "AgentLoopConfig", "agent_loop_manager_class")),
+    Slot("verl.workers.config.rollout.RolloutConfig.custom", "verl's extension point for custom rollout settings (k)",
+         _field("verl.workers.config.rollout", "RolloutConfig", "custom")),
+    Slot("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ", "the TransferQueue agent-loop worker, its request "
+         "and post-processing steps", _has("verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ",
+                                          "__ray_actor_class__", "_run_prompt", "_agent_loop_postprocess")),
+    Slot("verl.experimental.agent_loop.AgentLoopOutput.as_dict", "the agent-loop output's fields, written into "
+         "TransferQueue", _has("verl.experimental.agent_loop.AgentLoopOutput", "as_dict", "model_construct")),
+    Slot(f"{_FSDP}.prepare_model_outputs", "the logits-processor slot, opened by the micro-batch's "
+         "distillation_use_topk flag", _code_has(f"{_FSDP}/prepare_model_outputs", names=("logits_processor_func",),
+                                                 consts=("distillation_use_topk",))),
+    Slot("verl.workers.engine.base.EngineRegistry.get_engine_cls", "engines are chosen by (device, vendor), the "
+         "vendor overridable by VERL_ENGINE_VENDOR",
+         _code_has("verl.workers.engine.base.EngineRegistry/get_engine_cls", consts=("VERL_ENGINE_VENDOR",))),
+    Slot("verl.workers.engine_workers.ActorWorker", "the actor's loss is functools.partial(ppo_loss, config=...)",
+         _source_has("verl.workers.engine_workers", "partial(ppo_loss, config=actor_config)")),
+    Slot("verl.workers.utils.padding.no_padding_2_padding", "packed per-token outputs -> the response layout",
+         _has("verl.workers.utils.padding.no_padding_2_padding")),
+)
+
+
+def slots_table() -> str:
+    """:data:`PROJECT_SLOTS` as printed in docs/verl_reference.md."""
+    lines = ["| where (verl 0.9.1) | what the project's transport relies on |", "|---|---|"]
+    lines += [f"| `{slot.where}` | {slot.what} |" for slot in PROJECT_SLOTS]
     return "\n".join(lines)
 
 
@@ -227,16 +355,40 @@ class ScoreCenteringUnsupported(ValueError, RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Transport:
+    """How an SC arm's sampler head reaches the trainer's logits."""
+
+    name: str
+    summary: str
+
+
+VERL_TRANSPORT = Transport("verl", f"verl's own (verl {SCORE_CENTERING.name} or later: rollout.topk_log_probs), with "
+                           "the project's correction installed in verl's slot (runners.verl_backend.sc_seam)")
+PROJECT_TRANSPORT = Transport("project", "the project's, through verl's slots (runners.verl_head: a vLLM server class "
+                              "chosen by the replica registry, the agent-loop manager chosen by config, the FSDP "
+                              "engine chosen by vendor key), with the project's correction in the engine's "
+                              "logits-processor slot")
+
+
+def transport() -> Transport:
+    """The transport an SC arm uses on the installed verl: verl's own where it has :data:`SEAM_MODULE`,
+    else the project's (read from the installed files, without importing verl)."""
+    return VERL_TRANSPORT if source_file(SEAM_MODULE) is not None else PROJECT_TRANSPORT
+
+
+@dataclasses.dataclass(frozen=True)
 class Support:
     ok: bool
     verl_version: str
-    missing: tuple[str, ...]  # what the installed verl lacks, in words
+    transport: str  # the name of the transport an SC arm uses
+    missing: tuple[str, ...]  # what the installed verl lacks of it, in words
 
     def message(self, what: str = "an SC arm") -> str:
         lacks = "; ".join(self.missing) or "nothing"
-        return (f"{what} needs verl with score-centering support (verl commit {REQUIRED_COMMIT_SHORT}, "
-                f"{REQUIRED_COMMIT}, or later); the installed verl {self.verl_version} lacks: {lacks}. "
-                f"Install it with: {INSTALL_COMMAND}")
+        return (f"{what} cannot run on the installed verl {self.verl_version}: it would use the {self.transport} "
+                f"head transport, and the installed verl lacks: {lacks}. The project's transport needs verl "
+                f"{PYPI.name}'s slots ({PYPI.install}); verl's own needs verl commit {REQUIRED_COMMIT_SHORT} "
+                f"({REQUIRED_COMMIT}) or later: {INSTALL_COMMAND}")
 
 
 def declares(module: str, name: str, field: str) -> bool:
@@ -250,21 +402,27 @@ def known(entry: NewerKey) -> bool:
     return declares(*entry.declared_in)
 
 
-@lru_cache(maxsize=1)
-def check() -> Support:
-    """Inspect the installed verl (imports it: slow the first time in a process)."""
-    import verl
-
+def _verl_transport_missing() -> list[str]:
     missing: list[str] = []
-    if importlib.util.find_spec(SEAM_MODULE) is None:
-        missing.append(f"module {SEAM_MODULE}")
-    else:
-        module = importlib.import_module(SEAM_MODULE)
-        missing += [f"{SEAM_MODULE}.{n}" for n in SEAM_NAMES if not hasattr(module, n)]
+    module = importlib.import_module(SEAM_MODULE)
+    missing += [f"{SEAM_MODULE}.{n}" for n in SEAM_NAMES if not hasattr(module, n)]
     for where in dict.fromkeys(e.declared_in for e in NEWER_KEYS):
         if not declares(*where):
             missing.append(f"{where[1]}.{where[2]}")
-    return Support(ok=not missing, verl_version=str(getattr(verl, "__version__", "unknown")), missing=tuple(missing))
+    return missing
+
+
+@lru_cache(maxsize=1)
+def check() -> Support:
+    """Inspect the installed verl (imports it: slow the first time in a process): the transport an SC
+    arm uses and whether the installed verl has what it relies on."""
+    import verl
+
+    chosen = transport()
+    missing = _verl_transport_missing() if chosen is VERL_TRANSPORT else [
+        f"{slot.where} ({slot.what})" for slot in PROJECT_SLOTS if not slot.holds()]
+    return Support(ok=not missing, verl_version=str(getattr(verl, "__version__", "unknown")), transport=chosen.name,
+                   missing=tuple(missing))
 
 
 def supported() -> bool:
@@ -272,7 +430,7 @@ def supported() -> bool:
 
 
 def require(what: str = "an SC arm") -> None:
-    """Raise :class:`ScoreCenteringUnsupported` naming the commit and install command if unsupported."""
+    """Raise :class:`ScoreCenteringUnsupported`, naming what the installed verl lacks, if unsupported."""
     support = check()
     if not support.ok:
         raise ScoreCenteringUnsupported(support.message(what))

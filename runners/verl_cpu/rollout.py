@@ -7,11 +7,12 @@ named ``cpu_hf_server_<rank>``):
   sampling with a KV cache; ``log_probs`` are the sampled tokens' log-probs after temperature (and
   top-k/top-p), what vLLM returns with ``logprobs_mode=processed_logprobs``;
   ``extra_fields["global_steps"]`` is the weight version that sampled them (the staleness tag);
-* the sampler's head: where the request asks for one (``sampling_params["topk_log_probs"] = k > 0``,
-  which verl 8718ca30's agent loop sends on training rollouts only, from ``rollout.topk_log_probs``),
-  ``extra_fields["response_topk_ids"]`` (int32) and ``["response_topk_log_probs"]`` (float32), one
-  row of the k largest processed log-probs per generated token, the layout 8718ca30's vLLM server
-  returns and its agent loop pads (``pad_rollout_topk``); verl 0.9.1 never asks and gets none;
+* the sampler's head: where the request asks for one -- ``sampling_params["topk_log_probs"] = k > 0``,
+  which verl 8718ca30's agent loop sends on training rollouts only, from ``rollout.topk_log_probs``, or
+  ``sampling_params["extra_args"]["sc_ablations_topk"] = k``, the project's head transport on verl
+  0.9.1 (:mod:`runners.verl_head`) --, ``extra_fields["response_topk_ids"]`` (int32) and
+  ``["response_topk_log_probs"]`` (float32), one row of the k largest processed log-probs per generated
+  token, the layout both vLLM servers return; a request that asks for none gets none;
 * registered under :data:`~runners.verl_cpu.ROLLOUT_NAME` and, on the CPU platform only, under
   verl's name ``vllm`` too (:data:`~runners.verl_cpu.HEAD_ROLLOUT_NAME`): 8718ca30 takes the head from
   ``rollout.name=vllm`` only, so the rehearsal's SC arms keep that name and get this stand-in;
@@ -41,6 +42,8 @@ from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry,
 from verl.workers.rollout.utils import ensure_async_iterator
 
 from runners.verl_cpu import HEAD_ROLLOUT_NAME, ROLLOUT_NAME, SYNC_LOG, state_dir
+from runners.verl_head import TOKEN_IDS, TOKEN_LOG_PROBS
+from runners.verl_head.vllm_head import requested_k
 
 SERVER_PREFIX = f"{ROLLOUT_NAME}_server_"
 
@@ -109,7 +112,7 @@ class CpuHFServer:
         while self.paused:
             await self.resumed.wait()
         params = dict(sampling_params)
-        head_size = int(params.get("topk_log_probs") or 0)  # asked per request by verl 8718ca30 (training only)
+        head_size = int(params.get("topk_log_probs") or 0) or requested_k(params)  # training requests only
         max_tokens = int(params.get("max_tokens") or params.get("max_new_tokens") or self.config.response_length)
         temperature = float(params.get("temperature", 1.0))
         top_k, top_p = int(params.get("top_k", -1) or -1), float(params.get("top_p", 1.0))
@@ -145,8 +148,8 @@ class CpuHFServer:
                     break
         extra: dict[str, Any] = {"global_steps": version}
         if head_size:
-            extra["response_topk_ids"] = np.stack(head_ids)
-            extra["response_topk_log_probs"] = np.stack(head_log_probs)
+            extra[TOKEN_IDS] = np.stack(head_ids)
+            extra[TOKEN_LOG_PROBS] = np.stack(head_log_probs)
         return TokenOutput(token_ids=tokens, log_probs=sampled if params.get("logprobs") else None,
                            stop_reason=stop_reason, extra_fields=extra)
 
