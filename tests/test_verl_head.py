@@ -1,0 +1,397 @@
+"""The project's head transport on verl 0.9.1 (runners/verl_head), piece by piece on a CPU.
+
+What runs end to end through verl's trainer is the rehearsal (tests/integration/test_rehearsal.py) and
+verl's actor worker (tests/integration/test_verl_worker.py); here each piece's contract: the layout,
+the client across resumed segments (verl's own FullyAsyncLLMServerClient loop, with a scripted server),
+the agent-loop output's fields, the engine's guards, and the vLLM piece on stand-ins of vLLM's objects
+(and on vLLM's own classes where they import).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+import verl  # noqa: F401 - once per process
+from omegaconf import OmegaConf
+
+from runners.verl_head import (
+    REQUEST_KEY,
+    SEQUENCE_IDS,
+    SEQUENCE_LOG_PROBS,
+    TOKEN_IDS,
+    TOKEN_LOG_PROBS,
+    layout,
+)
+from runners.verl_head.vllm_head import (
+    HeadCapturingEngine,
+    ask_for_head,
+    requested_k,
+    sampled_only,
+    split_flat,
+)
+
+K = 3
+
+
+def head(rows: int, k: int = K, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    ids = (np.arange(rows * k).reshape(rows, k) + offset).astype(np.int32)
+    return ids, -np.linspace(0.1, 2.0, rows * k, dtype=np.float32).reshape(rows, k)
+
+
+# -- layout -----------------------------------------------------------------------------------
+def test_bytes_per_token():
+    assert layout.bytes_per_token(128) == 1024  # int32 ids + float32 log-probs
+
+
+def test_sequence_head_puts_response_token_r_at_row_prompt_minus_one_plus_r():
+    ids, lps = head(5)
+    seq_ids, seq_lps = layout.sequence_head(ids, lps, prompt_length=4, response_length=4)  # a 5th row: cut
+    assert seq_ids.shape == (8, K) and seq_lps.dtype == torch.float32
+    for r in range(4):
+        assert seq_ids[3 + r].tolist() == ids[r].tolist()
+        assert seq_lps[3 + r].tolist() == pytest.approx(lps[r].tolist())
+    for row in (0, 1, 2, 7):  # prompt positions and the last token (which predicts nothing)
+        assert seq_ids[row].tolist() == list(range(K))
+        assert seq_lps[row].exp().sum().item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="head for 5 tokens but the response has 6"):
+        layout.sequence_head(ids, lps, prompt_length=4, response_length=6)
+
+
+def test_concatenate_checks_rows_against_tokens():
+    a, b = head(2), head(3, offset=100)
+    ids, lps = layout.concatenate([(*a, 2), (*b, 3)], K)
+    assert ids.shape == (5, K) and ids[2].tolist() == b[0][0].tolist()
+    assert layout.concatenate([], K)[0].shape == (0, K)
+    with pytest.raises(ValueError, match="segment 1 of a partial rollout has 3 head rows for 2 tokens"):
+        layout.concatenate([(*a, 2), (*b, 2)], K)
+
+
+def _nested(parts: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nested.nested_tensor(parts, layout=torch.jagged)
+
+
+def test_packed_head_lines_up_with_the_tokens_and_pads_only_samples_that_train_on_nothing():
+    seqs = [torch.arange(5), torch.arange(3)]
+    heads = [layout.sequence_head(*head(2), 3, 2), layout.sequence_head(*head(1), 2, 1)]
+    ids, lps = layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
+                                  _nested([torch.ones(2), torch.ones(1)]))
+    assert ids.shape == (8, K) and torch.equal(ids[:5], heads[0][0])
+    # verl's padding sample for data-parallel balance: a template copied from a real sample (wrong length), mask 0
+    seqs.append(torch.arange(7))
+    heads.append(heads[0])
+    ids, lps = layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
+                                  _nested([torch.ones(2), torch.ones(1), torch.zeros(1)]))
+    assert ids.shape == (15, K) and torch.equal(ids[8:], torch.arange(K, dtype=ids.dtype).expand(7, K))
+    with pytest.raises(ValueError, match="sample 2 .* 5 rows for a sequence of 7 tokens"):
+        layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
+                           _nested([torch.ones(2), torch.ones(1), torch.ones(1)]))
+
+
+# -- the client: verl's resume loop with the head kept ----------------------------------------
+def _client_config():
+    return OmegaConf.create({"actor_rollout_ref": {"rollout": {"response_length": 8, "name": "vllm"}}})
+
+
+def test_client_joins_the_head_of_resumed_segments(monkeypatch):
+    """A request aborted by a weight sync after 2 tokens, resumed from prompt + 2 tokens, completed
+    after 3 more: verl's own loop rebuilds the response; the project's client keeps both heads."""
+    from verl.workers.rollout import llm_server
+    from verl.workers.rollout.replica import TokenOutput
+
+    from runners.verl_head.client import HeadLLMServerClient
+
+    segments = [([5, 6], "aborted", 0, 3), ([7, 8, 9], "completed", 100, 4)]
+    calls = []
+
+    async def server(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        tokens, stop, offset, version = segments[len(calls)]
+        calls.append((list(prompt_ids), dict(sampling_params)))
+        extra = {"global_steps": version}
+        if requested_k(sampling_params):
+            extra[TOKEN_IDS], extra[TOKEN_LOG_PROBS] = head(len(tokens), offset=offset)
+        return TokenOutput(token_ids=tokens, log_probs=[-0.5] * len(tokens), stop_reason=stop, extra_fields=extra)
+
+    async def no_wait(*_args):  # verl's client waits 1 s before resuming an aborted request
+        return None
+
+    monkeypatch.setattr(llm_server.LLMServerClient, "generate", server)
+    monkeypatch.setattr(llm_server.asyncio, "sleep", no_wait)
+    verl_client = llm_server.FullyAsyncLLMServerClient(config=_client_config(), load_balancer_handle=None)
+    client = HeadLLMServerClient.of(verl_client)
+    params = {"temperature": 1.0, "logprobs": True, "extra_args": {REQUEST_KEY: K}}
+    out = asyncio.run(client.generate("r1", prompt_ids=[1, 2], sampling_params=params))
+    assert out.token_ids == [5, 6, 7, 8, 9] and calls[1][0] == [1, 2, 5, 6]
+    assert out.extra_fields["min_global_steps"] == 3 and out.extra_fields["max_global_steps"] == 4
+    ids = out.extra_fields[TOKEN_IDS]
+    assert ids.shape == (5, K) and ids[:2].tolist() == head(2)[0].tolist() and ids[2:].tolist() == head(3, offset=100)[0].tolist()
+
+    calls.clear()  # without the request: verl's behaviour, no head
+    plain = asyncio.run(client.generate("r2", prompt_ids=[1], sampling_params={"logprobs": True}))
+    assert TOKEN_IDS not in plain.extra_fields and plain.token_ids == [5, 6, 7, 8, 9]
+
+    async def ignoring_server(self, request_id, **kwargs):
+        return TokenOutput(token_ids=[1], stop_reason="completed")
+
+    # a server that ignores the request is an error, not a silent PG run
+    monkeypatch.setattr(llm_server.LLMServerClient, "generate", ignoring_server)
+    with pytest.raises(RuntimeError, match="returned no sampler head"):
+        asyncio.run(client.generate("r3", prompt_ids=[1], sampling_params=params))
+    with pytest.raises(TypeError, match="FullyAsyncLLMServerClient"):
+        HeadLLMServerClient.of(llm_server.LLMServerClient(config=_client_config()))
+
+
+# -- the agent-loop output: the head beside the tokens ----------------------------------------
+def _output(response_mask=None, with_head=True):
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+
+    extra = {"global_steps": 2}
+    if with_head:
+        extra[TOKEN_IDS], extra[TOKEN_LOG_PROBS] = head(3)
+    return AgentLoopOutput(prompt_ids=[1, 2, 3, 4], response_ids=[7, 8, 9], response_mask=response_mask or [1, 1, 1],
+                           response_logprobs=[-0.1, -0.2, -0.3], num_turns=2, metrics=AgentLoopMetrics(),
+                           extra_fields=extra)
+
+
+def test_lifted_output_stores_the_head_per_sequence_position_and_nothing_else_changes():
+    from runners.verl_head.agent_loop import HeadAgentLoopOutput, with_head_request
+
+    original = _output()
+    lifted = HeadAgentLoopOutput.lift(original)
+    out, plain = lifted.as_dict(), _output(with_head=False).as_dict()
+    assert set(out) - set(plain) == {SEQUENCE_IDS, SEQUENCE_LOG_PROBS}
+    assert TOKEN_IDS not in out["extra_fields"] and TOKEN_IDS in original.extra_fields  # the original is untouched
+    assert out[SEQUENCE_IDS].shape == (7, K) and out[SEQUENCE_IDS][3].tolist() == head(3)[0][0].tolist()
+    for key in plain:
+        if isinstance(plain[key], torch.Tensor):
+            assert torch.equal(out[key], plain[key]), key
+    with pytest.raises(ValueError, match="single-turn"):
+        HeadAgentLoopOutput.lift(_output(response_mask=[1, 0, 1])).as_dict()
+    with pytest.raises(RuntimeError, match="without the sampler's head"):
+        HeadAgentLoopOutput.lift(_output(with_head=False)).as_dict()
+    asked = with_head_request({"temperature": 1.0, "extra_args": {"other": 1}}, 128)
+    assert asked["extra_args"] == {"other": 1, REQUEST_KEY: 128}
+
+
+def test_head_size_comes_from_verls_rollout_custom_block():
+    from runners.verl_head import CUSTOM_KEY
+    from runners.verl_head.agent_loop import head_size
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"custom": {CUSTOM_KEY: 128}}}})
+    assert head_size(config) == 128
+    with pytest.raises(ValueError, match=f"custom.{CUSTOM_KEY} >= 1"):
+        head_size(OmegaConf.create({"actor_rollout_ref": {"rollout": {"custom": None}}}))
+
+
+# -- the engine's guards ----------------------------------------------------------------------
+def test_engine_refuses_flash_attn_in_place_cross_entropy_without_entropy(monkeypatch):
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.utils import torch_functional
+
+    from runners.verl_head.engine import actor_config_of, check_no_inplace_cross_entropy
+
+    batch = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
+    tu.assign_non_tensor(batch, calculate_entropy=False)
+    monkeypatch.setattr(torch_functional, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", False)
+    check_no_inplace_cross_entropy(batch)  # no flash-attn (a CPU): verl's torch path, nothing in place
+    monkeypatch.setattr(torch_functional, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", True)
+    with pytest.raises(RuntimeError, match="backend.actor.calculate_entropy=true"):
+        check_no_inplace_cross_entropy(batch)
+    monkeypatch.setenv("VERL_DISABLE_FLASH_ATTN_CE", "1")
+    check_no_inplace_cross_entropy(batch)
+    monkeypatch.delenv("VERL_DISABLE_FLASH_ATTN_CE")
+    tu.assign_non_tensor(batch, calculate_entropy=True)
+    check_no_inplace_cross_entropy(batch)
+    assert actor_config_of(functools.partial(print, config="c")) == "c"
+    with pytest.raises(TypeError, match="functools.partial"):
+        actor_config_of(print)
+
+
+def test_engine_is_verls_registered_engine_for_the_vendor_key(monkeypatch):
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    import runners.verl_head.plugin  # noqa: F401 - what VERL_USE_EXTERNAL_MODULES imports in every process
+    from runners.verl_head import ENGINE_VENDOR
+    from runners.verl_head.engine import HeadEngine
+
+    monkeypatch.setenv("VERL_ENGINE_DEVICE", "cuda")
+    monkeypatch.setenv("VERL_ENGINE_VENDOR", ENGINE_VENDOR)
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is HeadEngine
+    monkeypatch.delenv("VERL_ENGINE_VENDOR")
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is FSDPEngineWithLMHead
+
+
+# -- the vLLM piece on stand-ins of vLLM's objects --------------------------------------------
+@dataclasses.dataclass
+class StandInLogprob:  # vllm.logprobs.Logprob
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclasses.dataclass
+class StandInFlat:  # vllm.logprobs.FlatLogprobs: k + 1 entries per position, the sampled token first
+    start_indices: list
+    end_indices: list
+    token_ids: list
+    logprobs: list
+
+
+@dataclasses.dataclass
+class StandInParams:  # the SamplingParams fields the piece reads and sets
+    extra_args: dict | None = None
+    logprobs: int | None = 0
+    flat_logprobs: bool = False
+    detokenize: bool = True
+    stop: list | None = None
+
+    def clone(self):
+        return dataclasses.replace(self, extra_args=dict(self.extra_args or {}))
+
+
+def flat(token_ids: list[int], k: int, vocab: int = 20) -> tuple[StandInFlat, np.ndarray]:
+    rng = np.random.default_rng(0)
+    ids, lps = [], []
+    full = np.log(rng.dirichlet(np.ones(vocab), size=len(token_ids)))
+    for position, token in enumerate(token_ids):
+        order = np.argsort(-full[position])[:k]
+        ids += [token, *order.tolist()]
+        lps += [float(full[position, token]), *full[position, order].tolist()]
+    n = len(token_ids)
+    return StandInFlat([i * (k + 1) for i in range(n)], [(i + 1) * (k + 1) for i in range(n)], ids, lps), full
+
+
+def test_split_flat_reads_the_sampled_token_and_the_head():
+    tokens = [3, 7, 7, 1]
+    logprobs, full = flat(tokens, K)
+    sampled, ids, lps = split_flat(logprobs, tokens, K)
+    assert ids.dtype == np.int32 and lps.dtype == np.float32 and ids.shape == (4, K)
+    for position, token in enumerate(tokens):
+        assert sampled[position] == pytest.approx(full[position, token], abs=1e-6)
+        assert ids[position].tolist() == np.argsort(-full[position])[:K].tolist()
+    light = sampled_only(tokens, sampled, StandInLogprob)
+    assert [light[i][t].logprob for i, t in enumerate(tokens)] == pytest.approx(sampled.tolist())  # verl's read
+    logprobs.end_indices[1] -= 1
+    with pytest.raises(ValueError, match="k \\+ 1 = 4 entries"):
+        split_flat(logprobs, tokens, K)
+    with pytest.raises(ValueError, match="start each position with the sampled token"):
+        split_flat(flat(tokens, K)[0], [3, 7, 7, 2], K)
+
+
+def test_ask_for_head_keeps_the_request_and_skips_detokenising_only_without_stop_strings():
+    base = StandInParams(extra_args={REQUEST_KEY: K})
+    asked = ask_for_head(base, K)
+    assert (asked.logprobs, asked.flat_logprobs, asked.detokenize) == (K, True, False) and base.logprobs == 0
+    assert ask_for_head(StandInParams(extra_args={REQUEST_KEY: K}, stop=["</s>"]), K).detokenize is True
+    assert requested_k(base) == K and requested_k(StandInParams()) == 0 and requested_k({"extra_args": None}) == 0
+
+
+@dataclasses.dataclass
+class StandInCompletion:
+    token_ids: list
+    logprobs: object
+    finish_reason: str | None = None
+
+
+@dataclasses.dataclass
+class StandInRequestOutput:
+    outputs: list
+    finished: bool
+
+
+class ScriptedEngine:
+    """An AsyncLLM stand-in: streams cumulative outputs of a scripted token list, records what it was asked."""
+
+    def __init__(self, tokens: list[int], finish: bool = True):
+        self.tokens, self.finish, self.asked = tokens, finish, []
+        self.model_config = "forwarded"
+
+    async def generate(self, prompt, sampling_params, request_id, **kwargs):
+        self.asked.append(sampling_params)
+        for n in range(1, len(self.tokens) + 1):
+            logprobs = flat(self.tokens[:n], K)[0] if sampling_params.flat_logprobs else None
+            done = n == len(self.tokens) and self.finish
+            yield StandInRequestOutput([StandInCompletion(self.tokens[:n], logprobs)], finished=done)
+
+
+def _drain(engine: HeadCapturingEngine, params, request_id: str):
+    async def run():
+        last = None
+        async for output in engine.generate("prompt", params, request_id):
+            last = output
+        return last
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["finished", "aborted"])
+def test_capturing_engine_takes_the_head_and_leaves_verl_the_sampled_token(finish):
+    tokens = [4, 9, 2]
+    inner = ScriptedEngine(tokens, finish=finish)
+    engine = HeadCapturingEngine(inner, StandInLogprob)
+    last = _drain(engine, StandInParams(extra_args={REQUEST_KEY: K}), "req")
+    assert inner.asked[0].logprobs == K and inner.asked[0].flat_logprobs
+    completion = last.outputs[0]
+    assert isinstance(completion.logprobs, list) and [len(d) for d in completion.logprobs] == [1, 1, 1]
+    ids, lps = engine.pop_head("req", 3, K)
+    assert ids.shape == (3, K) and math.isclose(float(np.exp(lps[0]).sum()) <= 1.0 + 1e-6, True)
+    with pytest.raises(RuntimeError, match="no head was captured"):
+        engine.pop_head("req", 3, K)  # popped once
+    assert engine.pop_head("never-generated", 0, K)[0].shape == (0, K)
+    assert engine.model_config == "forwarded"  # everything else is the engine's own
+
+    plain = ScriptedEngine(tokens)
+    _drain(HeadCapturingEngine(plain, StandInLogprob), StandInParams(), "other")
+    assert plain.asked[0].flat_logprobs is False  # a request without the head is passed through unchanged
+
+
+def test_on_vllms_own_classes():
+    """The same conversions on vLLM's own FlatLogprobs / Logprob / SamplingParams (GPU extra only)."""
+    logprobs_module = pytest.importorskip("vllm.logprobs", reason="vLLM is not installed (the [gpu] extra)")
+    sampling = pytest.importorskip("vllm.sampling_params", reason="vLLM is not installed (the [gpu] extra)")
+    tokens = [3, 7, 1]
+    stand_in, full = flat(tokens, K)
+    container = logprobs_module.FlatLogprobs()
+    for position in range(len(tokens)):
+        start, end = stand_in.start_indices[position], stand_in.end_indices[position]
+        container.append_fast(stand_in.token_ids[start:end], stand_in.logprobs[start:end], iter(range(end - start)),
+                              iter([None] * (end - start)))
+    sampled, ids, _ = split_flat(container, tokens, K)
+    assert ids[0].tolist() == np.argsort(-full[0])[:K].tolist()
+    assert sampled_only(tokens, sampled, logprobs_module.Logprob)[1][7].logprob == pytest.approx(full[1, 7], abs=1e-6)
+    params = sampling.SamplingParams(max_tokens=4, logprobs=0, extra_args={REQUEST_KEY: K})
+    asked = ask_for_head(params, K)
+    assert (asked.logprobs, asked.flat_logprobs, asked.detokenize, params.logprobs) == (K, True, False, 0)
+
+
+def test_vllm_server_attaches_the_captured_head(monkeypatch):
+    """verl's vLLM server and replica subclassed (imports vLLM and verl's vLLM server module: the GPU
+    extra); its generate on a scripted parent: the head the engine captured lands in extra_fields."""
+    pytest.importorskip("vllm.logprobs", reason="vLLM is not installed (the [gpu] extra)")
+    try:
+        from runners.verl_head import vllm_server
+    except ImportError as err:  # vLLM's Python sources import, its runtime pieces may not on this machine
+        pytest.skip(f"verl's vLLM server module does not import here: {err}")
+    from verl.workers.rollout.replica import TokenOutput
+    from verl.workers.rollout.vllm_rollout import vllm_async_server
+
+    assert issubclass(vllm_server.HeadVLLMReplica, vllm_async_server.vLLMReplica)
+
+    async def parent_generate(self, prompt_ids, sampling_params, request_id, **kwargs):
+        self.engine._heads[request_id] = head(2)
+        return TokenOutput(token_ids=[5, 6], log_probs=[-1.0, -1.0], stop_reason="completed",
+                           extra_fields={"global_steps": 1})
+
+    monkeypatch.setattr(vllm_async_server.vLLMHttpServer, "generate", parent_generate)
+    server = object.__new__(vllm_server.HeadVLLMServer)
+    server.engine = HeadCapturingEngine(ScriptedEngine([5, 6]), StandInLogprob)
+    out = asyncio.run(server.generate([1], {"extra_args": {REQUEST_KEY: K}}, "r"))
+    assert out.extra_fields[TOKEN_IDS].tolist() == head(2)[0].tolist()
+    plain = asyncio.run(server.generate([1], {}, "s"))
+    assert TOKEN_IDS not in plain.extra_fields
