@@ -146,3 +146,18 @@ def test_without_cuda_each_gpu_part_says_so(bench, tmp_path, monkeypatch):
         assert report["parts"][name]["status"] == "skipped"
         assert report["parts"][name]["reason"].startswith("no CUDA device")
     assert len(report["not_run"]) == 3
+
+
+def test_an_arm_above_the_memory_limit_is_skipped_and_a_spent_budget_stops_the_repeats(bench):
+    import torch
+    from device_head import estimate_bytes, run
+    from device_measure import Budget, PartSkipped
+
+    sizes = {"tokens": 64, "vocab": 1000, "k": 8, "chunk_rows": 32}
+    limit = estimate_bytes("pg_torch", 64, 1000, 8, 32) - 1
+    result = run(torch.device("cpu"), **sizes, warmup=0, repeats=2, budget=Budget(60), limit_bytes=limit)
+    rows = {row["arm"]: row for row in result["rows"]}
+    assert "exceeds" in rows["pg_torch"]["skipped"] and rows["pg_torch"]["total_ms"] is None
+    assert rows["sc"]["repeats"] == 2 and rows["sc"]["time_ratio_to_pg"] > 0
+    with pytest.raises(PartSkipped, match="time budget of 0 s spent before any timed repeat"):
+        run(torch.device("cpu"), **sizes, warmup=0, repeats=2, budget=Budget(0), limit_bytes=limit)
