@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             ((report["parts"].get("model_memory") or {}).get("result") or {}).get("rows")),
     }
     for name in args.parts:
-        if whole.spent():
+        if whole.spent() and name != "capacity_plan":  # the comparison takes no device time
             report["parts"][name] = {"status": "skipped", "reason": f"the check's time budget of {args.budget_s:.0f} s "
                                      "was spent before it started", "result": None}
             continue

@@ -14,6 +14,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_DIR="${OUT:-$ROOT/results/device_check}"
+case "$OUT_DIR" in /*) ;; *) OUT_DIR="$PWD/$OUT_DIR" ;; esac  # relative to the caller, not to $ROOT
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 cd "$ROOT" || exit 1
 command -v python3 >/dev/null || { echo "device_check: no python3 on PATH" >&2; exit 1; }

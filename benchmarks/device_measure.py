@@ -32,9 +32,9 @@ class Budget:
     """Seconds allowed from construction; ``min`` with a parent so no part outlives the whole check."""
 
     def __init__(self, seconds: float, parent: Budget | None = None) -> None:
-        deadline = time.monotonic() + seconds
-        self.deadline = min(deadline, parent.deadline) if parent is not None else deadline
-        self.seconds = seconds
+        now = time.monotonic()
+        self.deadline = min(now + seconds, parent.deadline) if parent is not None else now + seconds
+        self.seconds = max(self.deadline - now, 0.0)  # what this budget really allows
 
     def left(self) -> float:
         """Seconds left (negative once spent)."""
