@@ -122,6 +122,13 @@ def test_capacity_plan_terms_are_compared_with_the_measured_rows(bench, monkeypa
     assert first["plan_model_states_over_measured"] == 1.0 and first["plan_total_from"] == "total"
     assert second["skipped"] == "out of memory: x"
 
+    import device_report
+    meta = {"device": "d", "torch": "t", "cuda": None, "transformers": "x", "python": "3", "mode": "gpu", "started": "s"}
+    report = {"meta": meta, "parts": {"capacity_plan": {"status": "ok", "reason": "", "result": result}}}
+    text = device_report.markdown(report)
+    assert "| m | 40 | 0.00 (total) | 0.00 | 0.50 |" in text and "| m | 80 | not run: out of memory: x |" in text
+    assert device_report.not_run(report) == ["capacity_plan: m at 80 tokens: out of memory: x"]
+
 
 def test_a_failing_part_is_recorded_and_the_others_still_run(bench, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
