@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# GPU smoke check of the verl backend (NOT YET RUN ON A GPU: written for a lent single-GPU machine).
+# GPU smoke check of the verl backend, for your own GPU machine (NOT YET RUN ON A GPU).
 #
-#   bash benchmarks/gpu_smoke.sh [OUT_DIR]        # needs: pip install -e ".[gpu,test]", one CUDA GPU
+# NEEDS: one CUDA GPU and the project installed with its [gpu] extra -- verl, Ray and vLLM (plus
+# Hydra, OmegaConf and the rest of the project's dependencies): pip install -e ".[gpu,test]".
+# A machine with only torch and transformers (the borrowed GPU) cannot run this: use
+# benchmarks/device_check.sh there (docs/device_check.md).
+#
+#   bash benchmarks/gpu_smoke.sh [OUT_DIR]
 #
 # Runs verl's real V1 separate_async trainer (FSDP2 trainer + vLLM rollout, on Ray) for 3 steps per
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
@@ -12,7 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="$(realpath -m "${1:-results/gpu_smoke_assets}")"
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_smoke: no CUDA GPU visible')"
-python -c "import vllm" || { echo "gpu_smoke: vLLM missing: pip install -e '.[gpu,test]'" >&2; exit 1; }
+python -c "import vllm, ray, verl" || {
+    echo "gpu_smoke: needs vLLM, Ray and verl (the [gpu] extra): pip install -e '.[gpu,test]';" \
+         "on a machine with torch and transformers only, run benchmarks/device_check.sh" >&2; exit 1; }
 
 python benchmarks/gpu_smoke_assets.py "$OUT"
 

@@ -1,6 +1,13 @@
 """The harness's runners. Importing the package registers the config schemas (``runners.schema``) in
-Hydra's ConfigStore, which the group yamls name in their defaults lists."""
+Hydra's ConfigStore, which the group yamls name in their defaults lists.
 
-from runners import schema as _schema
+Where Hydra and OmegaConf are not installed (the borrowed GPU machine of ``benchmarks/device_check.py``:
+torch, triton and transformers only) there is nothing to register, and the package's torch-only
+modules (the capacity plan) stay importable; anything that composes a config still needs them."""
 
-_schema.register()
+import importlib.util
+
+if importlib.util.find_spec("omegaconf") is not None and importlib.util.find_spec("hydra") is not None:
+    from runners import schema as _schema
+
+    _schema.register()
