@@ -209,14 +209,22 @@ def test_fifth_arm_verl_overrides_and_ingestion(fifth_arm, tmp_path):
     overrides = [EXPERIMENT, f"method={FIFTH}", f"results_root={tmp_path / 'r'}", "backend.dry_run=true"]
     launch.prevalidate(overrides)
     cfg = _compose(conf, overrides)
+    from runners.verl_backend import revisions as rev
+
     got = set(verl_launch.build_spec(cfg, tmp_path / "r" / "run", attempt=1).overrides)
+    transport = {  # the SC keys of the installed verl's head transport
+        rev.VERL_TRANSPORT: {"++actor_rollout_ref.rollout.topk_log_probs=128",
+                             "++algorithm.rollout_correction.score_centering=True",
+                             "++actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering=True"},
+        rev.PROJECT_TRANSPORT: {"++actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+                                "runners.verl_head.agent_loop.HeadAgentLoopManager",
+                                "++actor_rollout_ref.rollout.custom.sc_ablations_topk=128",
+                                "++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=128"},
+    }[rev.transport()]
     assert {f"actor_rollout_ref.actor.policy_loss.loss_mode={FIFTH_LOSS}",
             "++actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token",
             "++actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is_threshold=1.5",
-            "algorithm.rollout_correction.rollout_is_threshold=1.5",
-            "++actor_rollout_ref.rollout.topk_log_probs=128",
-            "++algorithm.rollout_correction.score_centering=True",
-            "++actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering=True"} <= got
+            "algorithm.rollout_correction.rollout_is_threshold=1.5", *transport} <= got
     spec = RunSpec.from_cfg(cfg, tmp_path)
     assert spec.method == FIFTH and spec.tis and spec.sc
 

@@ -4,15 +4,17 @@ For every arm the bench runs, in a process of its own (verl picks its platform o
 the project's launcher code -> verl's Hydra main and ``validate_config`` -> ``DetachActorWorker``
 ``init_model`` -> one ``update_actor``. The assertions here read its report:
 
-* the worker resolved the arm's registered loss (and, for SC arms on verl 8718ca30, verl's
-  ``score_centering_ppo_loss`` as the dispatcher with the project's correction in the slot);
+* the worker resolved the arm's registered loss and, for SC arms, the head transport of the installed
+  verl: on verl 0.9.1 the project's (verl's ``ppo_loss``, the project's head engine from verl's engine
+  registry, the project's correction in its logits-processor slot), on verl 8718ca30 verl's own
+  (``score_centering_ppo_loss`` as the dispatcher with the project's correction in the slot);
 * the engine's ``actor/pg_loss`` and gradient norm equal an independent fp32 reference from plain
   forwards (for SC arms: the correction's gradient from the full-vocabulary formula on ``q_hat``);
 * the parameters moved; every ``actor/*`` metric the run contract asks of the arm is reported.
 
-verl 0.9.1 (the PyPI pin) runs PG and TIS; SC arms need verl 8718ca30 and skip with the reason on
-0.9.1, where they must stop before any compute (last test). The arms' processes run side by side,
-one thread each.
+All four arms run on verl 0.9.1 (the PyPI pin) and on 8718ca30; where the installed verl lacks what the
+arm's transport relies on, an SC arm stops before any compute (last test). The arms' processes run side
+by side, one thread each.
 """
 
 from __future__ import annotations
@@ -53,20 +55,11 @@ ATOL, RTOL = 1e-6, 1e-4
 #: the bench's unequal micro-batches the mean of means is off the token mean by about 1% (measured:
 #: clip fraction 0.1256 vs 0.1271).
 DIAGNOSTIC_RTOL = 0.03
-SC_SUPPORTED = rev.supported()
-SC_SKIP = (
-    f"SC arms need verl with score-centering support (commit {rev.REQUIRED_COMMIT_SHORT}); "
-    f"installed: verl {rev.check().verl_version}"
-)
-
-
-def runnable_arms() -> list[str]:
-    return [arm for arm in ARMS if SC_SUPPORTED or arm not in SC_ARMS]
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, dict]:
-    """Run the bench for every runnable arm, side by side, and read the reports."""
+    """Run the bench for every arm, side by side, and read the reports."""
     out = tmp_path_factory.mktemp("verl_worker")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
@@ -76,7 +69,7 @@ def reports(tmp_path_factory) -> dict[str, dict]:
             [sys.executable, str(BENCH), arm, str(out / f"{arm}.json")],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
-        for arm in runnable_arms()
+        for arm in ARMS
     }
     results = {}
     for arm, proc in procs.items():
@@ -87,11 +80,6 @@ def reports(tmp_path_factory) -> dict[str, dict]:
     return results
 
 
-def _skip_unsupported(arm: str) -> None:
-    if arm in SC_ARMS and not SC_SUPPORTED:
-        pytest.skip(SC_SKIP)
-
-
 def _last(metrics: dict, key: str) -> float:
     value = metrics[key]
     return float(value[-1] if isinstance(value, list) else value)
@@ -99,22 +87,25 @@ def _last(metrics: dict, key: str) -> float:
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_worker_resolves_the_arms_loss(arm, reports):
-    _skip_unsupported(arm)
     r = reports[arm]
     assert r["task_runner"] == "TaskRunnerV1"  # verl's main took the V1 path after validate_config
     assert r["policy_loss"] == POLICY_LOSSES[arm]
-    if arm in SC_ARMS:  # verl 8718ca30: its dispatcher, the project's correction, the project's arm
+    if arm in SC_ARMS and r["transport"] == rev.VERL_TRANSPORT.name:  # 8718ca30: its dispatcher, the project's correction
         assert r["loss_fn"] == "score_centering_ppo_loss"
         assert r["logits_processor"] == "runners.verl_backend.sc_seam.project_logits_processor"
         assert r["project_centering_calls"] >= 2  # once per micro-batch
+    elif arm in SC_ARMS:  # 0.9.1: verl's loss, the project's engine with the project's correction in its slot
+        assert r["loss_fn"] == "ppo_loss"
+        assert r["engine"] == "runners.verl_head.engine.HeadEngine"
+        assert r["project_centering_calls"] >= 2  # once per micro-batch
     else:
         assert r["loss_fn"] == "ppo_loss"
+        assert r["engine"] == "verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead"
         assert r["project_centering_calls"] == 0
 
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_engine_loss_equals_an_independent_reference(arm, reports):
-    _skip_unsupported(arm)
     r = reports[arm]
     engine, ref = _last(r["metrics"], "actor/pg_loss"), r["reference"]["pg_loss"]
     assert abs(engine - ref) <= ATOL + RTOL * abs(ref), (engine, ref)
@@ -133,7 +124,6 @@ def test_engine_loss_equals_an_independent_reference(arm, reports):
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_worker_reports_the_metrics_the_analysis_reads(arm, reports):
-    _skip_unsupported(arm)
     reported = set(rename_dict(reports[arm]["metrics"], "actor/"))  # the V1 trainer's renaming
     if any(k in reported for k in ingest.ENTROPY_SOURCES):
         reported.add("actor/entropy")
@@ -142,13 +132,24 @@ def test_worker_reports_the_metrics_the_analysis_reads(arm, reports):
     assert wanted <= reported, sorted(wanted - reported)
 
 
-@pytest.mark.skipif(SC_SUPPORTED, reason="the installed verl supports score centering")
 @pytest.mark.parametrize("arm", SC_ARMS)
-def test_sc_arms_stop_before_compute_on_this_verl(arm, tmp_path):
+def test_sc_arms_stop_before_compute_where_the_transport_lacks_a_slot(arm, tmp_path, monkeypatch):
+    """A verl whose agent-loop manager is no longer chosen by config (a slot of the project's transport;
+    on 8718ca30 a seam name of verl's own): the SC arm is refused before anything starts, naming it."""
     from hydra import compose, initialize_config_dir
 
     from runners import verl_backend
     from runners.verl_backend import overrides as ovr
+
+    if rev.transport() is rev.PROJECT_TRANSPORT:
+        slot = next(s for s in rev.PROJECT_SLOTS if s.where.endswith("agent_loop_manager_class"))
+        monkeypatch.setattr(rev, "PROJECT_SLOTS", tuple(
+            rev.Slot(s.where, s.what, (lambda: False) if s is slot else s.holds) for s in rev.PROJECT_SLOTS))
+        lacking = slot.where
+    else:
+        monkeypatch.setattr(rev, "SEAM_NAMES", (*rev.SEAM_NAMES, "a_name_verl_never_had"))
+        lacking = "a_name_verl_never_had"
+    rev.check.cache_clear()
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["+experiment=qwen3_4b_sc_repro", f"method={arm}",
@@ -157,5 +158,8 @@ def test_sc_arms_stop_before_compute_on_this_verl(arm, tmp_path):
     for path in (train, *evals):  # the launch checks that the prepared files exist before anything else
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    with pytest.raises(rev.ScoreCenteringUnsupported, match=rev.REQUIRED_COMMIT):
-        verl_backend.validate(cfg)
+    try:
+        with pytest.raises(rev.ScoreCenteringUnsupported, match=lacking):
+            verl_backend.validate(cfg)
+    finally:
+        rev.check.cache_clear()

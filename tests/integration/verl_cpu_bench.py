@@ -31,8 +31,10 @@ The CPU shims (nothing patched inside verl):
 
 Sampler: the model's logits plus fixed Gaussian noise per position (:data:`SAMPLER_NOISE`), so
 ``p(a)/q(a)`` spreads well past the TIS cap and the top-k head misses real mass. For SC arms the
-sampler's top-k ids and log-probs are laid over each sequence as verl 8718ca30's rollout delivers
-them (``score_centering.pad_rollout_topk``: response token r at row ``prompt_length - 1 + r``).
+sampler's top-k ids and log-probs are laid over each sequence as the arm's head transport delivers
+them (response token r at row ``prompt_length - 1 + r``): on verl 0.9.1 the project's
+(``runners.verl_head.layout.sequence_head``, read by the head engine verl's registry gives for
+``VERL_ENGINE_VENDOR``), on verl 8718ca30 verl's own (``score_centering.pad_rollout_topk``).
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ def tiny_model(out: Path):
     return model
 
 
-def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], object]:
-    """The launcher's override list for the reference experiment's arm, plus the CPU swaps."""
+def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], object, dict[str, str]]:
+    """The launcher's override list for the reference experiment's arm, plus the CPU swaps; the
+    project config; the launch's environment."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -112,7 +115,7 @@ def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], obj
         ])
     OmegaConf.resolve(cfg)
     spec = launch.build_spec(cfg, Path(cfg.results_root) / cfg.sweep / cfg.run_name)
-    return [*spec.overrides, f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES], cfg
+    return [*spec.overrides, f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES], cfg, spec.env
 
 
 def driver_config(overrides: list[str]):
@@ -180,12 +183,18 @@ def mini_batch(model, cfg, project_cfg):
                 "uid": f"prompt-{i}",
             }
             head = q.topk(k, dim=-1)
-            if score_centering:
+            if score_centering and verls_own_transport():
                 from verl.trainer.ppo.score_centering import pad_rollout_topk
 
                 sample["rollout_topk_ids"], sample["rollout_topk_log_probs"] = pad_rollout_topk(
                     head.indices, head.values, p_len
                 )
+            elif score_centering:
+                from runners.verl_head import SEQUENCE_IDS, SEQUENCE_LOG_PROBS
+                from runners.verl_head.layout import sequence_head
+
+                sample[SEQUENCE_IDS], sample[SEQUENCE_LOG_PROBS] = sequence_head(
+                    head.indices.numpy(), head.values.numpy(), p_len, r_len)
             samples.append(sample)
             terms.append({"ids": ids, "p_len": p_len, "sampled": sampled, "reward": float(rewards[j]),
                           "group": rewards, "head_ids": head.indices, "head_log_probs": head.values})
@@ -210,7 +219,7 @@ def mini_batch(model, cfg, project_cfg):
         "seed": int(actor.data_loader_seed), "dataloader_kwargs": {"shuffle": bool(actor.shuffle)},
         "temperature": temperature,
     }
-    if score_centering:
+    if score_centering and verls_own_transport():
         extra["score_centering"] = True
     for key, value in extra.items():
         tu.assign_non_tensor_data(tensor_dict=td, key=key, val=value)
@@ -292,6 +301,24 @@ def _plain(value):
     return value
 
 
+def verls_own_transport() -> bool:
+    from runners.verl_backend import revisions as rev
+
+    return rev.transport() is rev.VERL_TRANSPORT
+
+
+def install_transport(env: dict[str, str]) -> None:
+    """What ``VERL_USE_EXTERNAL_MODULES`` and the launcher's environment do in every verl process of an SC arm."""
+    if verls_own_transport():
+        from runners.verl_backend import sc_seam
+
+        sc_seam.install()
+        return
+    import runners.verl_head.plugin  # noqa: F401 - registers the head engine
+
+    os.environ["VERL_ENGINE_VENDOR"] = env["VERL_ENGINE_VENDOR"]
+
+
 def run(arm: str, report_path: Path) -> dict:
     start = time.time()
     _environment()
@@ -304,11 +331,10 @@ def run(arm: str, report_path: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model = tiny_model(tmp / "model")
-        overrides, project_cfg = verl_overrides(arm, tmp, tmp / "model")
+        overrides, project_cfg, env = verl_overrides(arm, tmp, tmp / "model")
         if project_cfg.method.score_centering:
-            from runners.verl_backend import sc_seam
-
-            sc_seam.install()  # what VERL_USE_EXTERNAL_MODULES=runners.verl_backend.sc_hook does in every verl process
+            install_transport(env)
+        report["transport"] = rev.transport().name
         cfg, runner = driver_config(overrides)
         report["task_runner"] = runner
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)
@@ -322,7 +348,8 @@ def run(arm: str, report_path: Path) -> dict:
         loss_mode = worker.actor.loss_fn.keywords["config"].policy_loss.loss_mode
         policy = get_policy_loss_fn(loss_mode)
         report["policy_loss"] = f"{policy.__module__}.{policy.__qualname__}"
-        if project_cfg.method.score_centering:
+        report["engine"] = f"{type(worker.actor.engine).__module__}.{type(worker.actor.engine).__qualname__}"
+        if project_cfg.method.score_centering and verls_own_transport():
             import importlib
 
             seam = importlib.import_module(rev.SEAM_MODULE).score_centering_logits_processor
