@@ -277,22 +277,39 @@ def test_cpu_rollout_returns_a_head_only_where_the_request_asks(cpu_server):
     assert out.extra_fields["response_topk_ids"].shape == (len(out.token_ids), 3)
 
 
-def test_an_sc_arm_keeps_the_vllm_rollout_name_which_the_cpu_platform_maps_to_the_stand_in(tmp_path):
-    # verl 8718ca30 takes the sampler head from rollout.name=vllm only (RolloutConfig, validate_config)
+def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
+    """verl 8718ca30 takes the sampler head from rollout.name=vllm only (RolloutConfig, validate_config), which
+    the CPU platform maps to the stand-in; the project's transport (verl 0.9.1) asks the CPU rollout under its
+    own name (a difference from the reference launch, set by the rollout swap)."""
     sc = config(tmp_path, "rehearsal", method="sc")
-    assert rehearsal.rollout_name(sc) == verl_cpu.HEAD_ROLLOUT_NAME == "vllm"
+    want = verl_cpu.HEAD_ROLLOUT_NAME if rev.transport() is rev.VERL_TRANSPORT else verl_cpu.ROLLOUT_NAME
+    assert rehearsal.rollout_name(sc) == want
     assert rehearsal.rollout_name(config(tmp_path, "rehearsal")) == verl_cpu.ROLLOUT_NAME
     report = dry_run.reference_difference(sc, layout.AttemptPaths(run_dir(sc), 1))
-    assert "actor_rollout_ref.rollout.name" not in {r["key"] for r in report["difference"]}
+    rows = {r["key"]: r for r in report["difference"]}
+    if want == "vllm":
+        assert "actor_rollout_ref.rollout.name" not in rows
+    else:
+        assert (rows["actor_rollout_ref.rollout.name"]["rehearsal"], rows["actor_rollout_ref.rollout.name"]["by"]) == (
+            want, "rollout")
     rollout = next(s for s in report["swaps"] if s["name"] == "rollout")
-    assert "actor_rollout_ref.rollout.name" in rollout["keys"] and "vllm" in rollout["why"]
+    assert "actor_rollout_ref.rollout.name" in rollout["keys"] and "head" in rollout["why"]
 
 
-def test_sc_arm_stops_before_anything_starts_on_verl_without_score_centering(tmp_path, capsys):
-    if rev.supported():
-        pytest.skip("the installed verl supports score centering: the SC arms run (tests/integration)")
+def test_sc_arm_stops_before_anything_starts_where_the_transport_lacks_a_slot(tmp_path, capsys, monkeypatch):
+    """The project's transport on a verl whose FSDP engine no longer opens the logits-processor slot: the
+    launch stops with one line naming it, before anything is written."""
+    if rev.transport() is not rev.PROJECT_TRANSPORT:
+        pytest.fail("the pinned verl 0.9.1 uses the project's head transport")
+    monkeypatch.setattr(rev, "PROJECT_SLOTS", tuple(
+        rev.Slot(s.where, s.what, (lambda: False) if "prepare_model_outputs" in s.where else s.holds)
+        for s in rev.PROJECT_SLOTS))
+    rev.check.cache_clear()
     results = tmp_path / "results"
-    status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", f"results_root={results}"], capsys)
+    try:
+        status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", f"results_root={results}"], capsys)
+    finally:
+        rev.check.cache_clear()
     assert status == 2, err
-    assert rev.REQUIRED_COMMIT_SHORT in err and rev.INSTALL_COMMAND in err
+    assert "prepare_model_outputs" in err and "logits-processor slot" in err and "Traceback" not in err
     assert not results.exists()

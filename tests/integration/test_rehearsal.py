@@ -1,12 +1,14 @@
 """The rehearsal end to end: verl's whole V1 separate_async trainer on a CPU, through the launcher.
 
-One sweep of PG and TIS (``python runners/launch.py -m +experiment=rehearsal method=pg,tis``) for 3
-steps with a checkpoint, then the same command with ``trainer.total_steps=5``: each run continues
-from its newest checkpoint as a second attempt. Asserted are properties, not values (the async
+One sweep of the four arms (``python runners/launch.py -m +experiment=rehearsal method=pg,tis,sc,sc_tis``)
+for 3 steps with a checkpoint, then the same command with ``trainer.total_steps=5``: each run continues
+from its newest checkpoint as a second attempt. The SC arms run on the installed verl (0.9.1: the
+project's head transport, runners/verl_head). Asserted are properties, not values (the async
 schedule is not deterministic): the run contract, two finished attempts, the arm's registered loss
 metrics at every step, staleness tags within ``rollout.max_staleness``, the sampler's weight
-version following the trainer's after every sync (the CPU rollout's sync log), and no Ray process
-left behind. The same run passes through verl 0.9.1's trainer init on the reference experiment's
+version following the trainer's after every sync (the CPU rollout's sync log), for the SC arms that
+the sampler's head really arrived (its mass below 1 and varying, the correction not constant), and no
+Ray process left behind. The same run passes through verl 0.9.1's trainer init on the reference experiment's
 ``actor_rollout_ref.hybrid_engine=False`` path, which died with ``TypeError`` before the launcher
 set ``VERL_LOGGING_LEVEL`` (``revisions.LOGGER_FLUSH``).
 """
@@ -27,7 +29,8 @@ from runners import verl_cpu
 from runners.verl_backend import layout, resume_point
 
 REPO = Path(__file__).resolve().parents[2]
-ARMS = ("pg", "tis")
+ARMS = ("pg", "tis", "sc", "sc_tis")
+SC_ARMS = ("sc", "sc_tis")
 MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal keeps
 
 
@@ -112,6 +115,19 @@ def test_sampler_weight_version_follows_the_trainer(sweep, arm):
         logs.append(syncs)
     assert logs[1][0]["weights"] == logs[0][-1]["weights"]
     assert not list((run / "verl" / "attempt-001" / "cpu").glob("weights-*")), "weight files left behind"
+
+
+@pytest.mark.parametrize("arm", SC_ARMS)
+def test_the_samplers_head_arrives_at_the_trainer(sweep, arm):
+    """k = 8 of the tiny model's 38 tokens: the sampler's head mass is below 1 at every step and varies
+    from step to step, as does the trainer's; the correction is computed from them (not a constant)."""
+    rows = json.loads((sweep / f"{arm}-seed42" / "metrics.json").read_text())["train"]
+    sampler = [r["actor/sc_sampler_head_mass"] for r in rows]
+    trainer = [r["actor/sc_train_head_mass"] for r in rows]
+    correction = [r["actor/sc_correction"] for r in rows]
+    assert all(0.5 < q < 1 - 1e-6 for q in sampler + trainer), (sampler, trainer)
+    assert len(set(sampler)) == len(sampler) and len(set(trainer)) == len(trainer), (sampler, trainer)
+    assert len(set(correction)) > 1, correction
 
 
 def test_no_ray_process_survives(sweep):
