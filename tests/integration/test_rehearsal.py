@@ -120,14 +120,18 @@ def test_sampler_weight_version_follows_the_trainer(sweep, arm):
 @pytest.mark.parametrize("arm", SC_ARMS)
 def test_the_samplers_head_arrives_at_the_trainer(sweep, arm):
     """k = 8 of the tiny model's 38 tokens: the sampler's head mass is below 1 at every step and varies
-    from step to step, as does the trainer's; the correction is computed from them (not a constant)."""
+    from step to step, as does the trainer's; SC's correction is computed from them (not a constant).
+    (SC+TIS's correction is exactly 0 wherever no head ratio p/q exceeds the cap and rho >= 1/2, as it
+    mostly is at this learning rate: docs/score_centering.md, property 5; so only its masses are checked.)"""
     rows = json.loads((sweep / f"{arm}-seed42" / "metrics.json").read_text())["train"]
     sampler = [r["actor/sc_sampler_head_mass"] for r in rows]
     trainer = [r["actor/sc_train_head_mass"] for r in rows]
     correction = [r["actor/sc_correction"] for r in rows]
     assert all(0.5 < q < 1 - 1e-6 for q in sampler + trainer), (sampler, trainer)
     assert len(set(sampler)) == len(sampler) and len(set(trainer)) == len(trainer), (sampler, trainer)
-    assert len(set(correction)) > 1, correction
+    assert all(c == c for c in correction)  # finite, not nan
+    if arm == "sc":
+        assert len(set(correction)) > 1, correction
 
 
 def test_no_ray_process_survives(sweep):
