@@ -31,7 +31,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners import hydra_override as ho
-from runners import verl_backend
+from runners import verl_backend, verl_head
 from runners.verl_backend import dry_run, launch, layout, sc_seam
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import revisions as rev
@@ -198,17 +198,24 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     for side in (ALG_RC, ACT_RC):
         assert got[f"{side}.rollout_is"] == rollout_is
         assert got[f"{side}.rollout_is_threshold"] == threshold
-    if sc:  # SC top-128 head from vLLM, verl's slot on at both ends
+    project_transport = sc and rev.transport() is rev.PROJECT_TRANSPORT
+    if sc and not project_transport:  # verl's own transport: top-128 head from vLLM, verl's slot on at both ends
         assert got["actor_rollout_ref.rollout.topk_log_probs"] == 128
         assert got[f"{ALG_RC}.score_centering"] is True
         assert got[f"{ACT_RC}.score_centering"] is True
     else:
         assert not any(k in got for k in rev.BY_KEY)
+    project_keys = {"actor_rollout_ref.rollout.agent.agent_loop_manager_class": verl_head.MANAGER_CLASS,
+                    f"actor_rollout_ref.rollout.custom.{verl_head.CUSTOM_KEY}": 128,
+                    "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs": 128}
+    assert {k: got.get(k) for k in project_keys} == (project_keys if project_transport else dict.fromkeys(project_keys))
 
-    env = got["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]
-    assert env == str(layout.AttemptPaths(run_dir, 1).file_logger)
-    modules = got["ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"].split(",")
-    assert modules == ["ablations.registry"] + (["runners.verl_backend.sc_hook"] if sc else [])
+    env_key = "ray_kwargs.ray_init.runtime_env.env_vars."
+    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(layout.AttemptPaths(run_dir, 1).file_logger)
+    modules = got[env_key + "VERL_USE_EXTERNAL_MODULES"].split(",")
+    sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl_backend.sc_hook"] if sc else []
+    assert modules == ["ablations.registry", *sc_modules]
+    assert got.get(env_key + "VERL_ENGINE_VENDOR") == (verl_head.ENGINE_VENDOR if project_transport else None)
 
 
 def test_distinct_lowercase_eval_sources(tmp_path):
@@ -240,14 +247,15 @@ def test_every_arm_composes_and_validates_against_installed_verl(tmp_path, arm):
     verl_cfg = OmegaConf.create(report["verl_config"])
     assert verl_cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ARM[arm][0]
     rows = {r["key"]: r for r in report["newer_keys"]}
-    if arm in SC_ARMS:
-        assert set(rows) == set(rev.BY_KEY)
-        expect = "native" if rev.supported() else "table"
-        assert all(r["status"] == expect for r in rows.values())
-        if not rev.supported():
-            assert any(rev.REQUIRED_COMMIT in n for n in report["notes"])
+    transport = report["score_centering_transport"]
+    if arm in SC_ARMS and rev.transport() is rev.PROJECT_TRANSPORT:  # verl 0.9.1: no newer key, nothing to install
+        assert transport["name"] == "project" and rows == {} and report["seam_installed"] is False
+        assert report["score_centering_support"] is True and report["score_centering_missing"] == []
+    elif arm in SC_ARMS:
+        assert transport["name"] == "verl" and set(rows) == set(rev.BY_KEY) and report["seam_installed"] is True
+        assert all(r["status"] == "native" for r in rows.values())
     else:
-        assert rows == {}
+        assert rows == {} and transport is None
 
 
 def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path, monkeypatch):
@@ -264,7 +272,8 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     script = (out / "launch.sh").read_text()
     assert os.access(out / "launch.sh", os.X_OK)
     assert "exec " in script and "-m verl.trainer.main_ppo" in script
-    assert "export VERL_USE_EXTERNAL_MODULES=ablations.registry,runners.verl_backend.sc_hook" in script
+    sc_module = verl_head.PLUGIN_MODULE if rev.transport() is rev.PROJECT_TRANSPORT else "runners.verl_backend.sc_hook"
+    assert f"export VERL_USE_EXTERNAL_MODULES=ablations.registry,{sc_module}" in script
     assert OmegaConf.load(out / "verl_config.yaml").trainer.total_training_steps == 500
     assert not layout.attempts(run_dir), "a dry run must not start an attempt"
     # the script's exec line splits (POSIX shell rules) into exactly the launch's argv
@@ -272,7 +281,8 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     assert shlex.split(exec_line) == spec.argv
 
 
-def test_newer_keys_are_checked_against_the_table(tmp_path):
+def test_the_transports_settings_are_checked(tmp_path):
+    """What the arm's head transport needs of verl's config, each broken once: the dry run names it."""
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method="sc_tis")
     good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
 
@@ -281,6 +291,27 @@ def test_newer_keys_are_checked_against_the_table(tmp_path):
         assert changed != good
         return changed
 
+    rollout = "actor_rollout_ref.rollout"
+    project_cases = {  # verl 0.9.1: the project's transport
+        f"custom.{verl_head.CUSTOM_KEY} must be an integer >= 1": with_change(
+            f"{rollout}.custom.{verl_head.CUSTOM_KEY}", f"++{rollout}.custom.{verl_head.CUSTOM_KEY}=0"),
+        "max_logprobs=20 is below the head size 128": [
+            o for o in good if ho.parse(o)[0] != f"{rollout}.engine_kwargs.vllm.max_logprobs"],
+        "agent_loop_manager_class": with_change(f"{rollout}.agent.agent_loop_manager_class",
+                                                f"++{rollout}.agent.agent_loop_manager_class=verl.NoSuchManager"),
+        "single-turn": [*good, f"{rollout}.agent.default_agent_loop=tool_agent"],
+        "calculate_entropy": with_change("actor_rollout_ref.actor.calculate_entropy",
+                                         "actor_rollout_ref.actor.calculate_entropy=False"),
+        "top_p": with_change(f"{rollout}.top_p", f"{rollout}.top_p=0.9"),
+        "sc_correction": with_change("actor_rollout_ref.actor.policy_loss.loss_mode",
+                                     "actor_rollout_ref.actor.policy_loss.loss_mode=ablation_tis"),
+        "belongs to verl's own head transport": [*good, "++algorithm.rollout_correction.score_centering=True"],
+    }
+    if rev.transport() is rev.PROJECT_TRANSPORT:
+        for needle, overrides in project_cases.items():
+            with pytest.raises(ValueError, match=needle):
+                dry_run.check_against_installed_verl(overrides, score_centering=True)
+        return
     bad_cases = {
         "topk_log_probs": with_change(
             "actor_rollout_ref.rollout.topk_log_probs", "++actor_rollout_ref.rollout.topk_log_probs=0"
@@ -321,9 +352,9 @@ def test_dry_run_checks_the_data_sources_of_existing_files(tmp_path):
         dry_run.check_against_installed_verl(overrides)
 
 
-def test_newer_key_table_is_documented():
+def test_newer_key_and_slot_tables_are_documented():
     doc = (REPO / "docs" / "verl_reference.md").read_text()
-    assert rev.markdown_table() in doc
+    assert rev.markdown_table() in doc and rev.slots_table() in doc
     assert rev.REQUIRED_COMMIT in doc and rev.INSTALL_COMMAND.split(" && ")[1] in doc
 
 
@@ -346,6 +377,8 @@ def test_newer_key_table_is_documented():
         ("backend.actor.max_token_len_per_gpu=4096", "backend.actor.max_token_len_per_gpu"),
         ("data.eval_sets.1.name=aime2024", "data.eval_sets[].name"),
         ("backend.logger=[console]", "backend.logger"),
+        # flash-attn's in-place cross-entropy would overwrite the logits the correction's backward reads
+        ("backend.actor.calculate_entropy=false", "backend.actor.calculate_entropy"),
     ],
 )
 def test_validate_names_the_key(tmp_path, change, key):
@@ -366,22 +399,34 @@ def test_validate_requires_data_files_for_a_real_launch(tmp_path):
     verl_backend.validate(cfg)  # PG runs on verl 0.9.1
 
 
-@pytest.mark.skipif(rev.supported(), reason="the installed verl supports score centering")
 @pytest.mark.parametrize("arm", SC_ARMS)
-def test_sc_launch_on_old_verl_fails_at_once_naming_commit_and_install(tmp_path, arm, monkeypatch):
+def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm, monkeypatch):
+    """A verl without something the arm's transport relies on: validation and the launch stop before verl
+    starts, naming what is missing and both ways to get a verl that carries the head."""
     cfg = project_cfg(tmp_path, method=arm)
     write_data(cfg)
-    for step in (verl_backend.validate, lambda c: verl_backend.run(c, run_dir_of(c))):
-        monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("verl was started"))
-        with pytest.raises(rev.ScoreCenteringUnsupported) as err:
-            step(cfg)
-        assert rev.REQUIRED_COMMIT in str(err.value)
-        assert rev.INSTALL_COMMAND in str(err.value)
+    if rev.transport() is rev.PROJECT_TRANSPORT:
+        monkeypatch.setattr(rev, "PROJECT_SLOTS", tuple(
+            rev.Slot(s.where, s.what, (lambda: False) if "FullyAsync" in s.where else s.holds) for s in rev.PROJECT_SLOTS))
+        lacking = "FullyAsyncLLMServerClient.generate"
+    else:
+        monkeypatch.setattr(rev, "SEAM_NAMES", (*rev.SEAM_NAMES, "a_name_verl_never_had"))
+        lacking = "a_name_verl_never_had"
+    rev.check.cache_clear()
+    try:
+        for step in (verl_backend.validate, lambda c: verl_backend.run(c, run_dir_of(c))):
+            monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("verl was started"))
+            with pytest.raises(rev.ScoreCenteringUnsupported) as err:
+                step(cfg)
+            assert lacking in str(err.value) and rev.PYPI.install in str(err.value)
+            assert rev.INSTALL_COMMAND in str(err.value)
+    finally:
+        rev.check.cache_clear()
     assert not layout.attempts(run_dir_of(cfg))
 
 
-@pytest.mark.skipif(rev.supported(), reason="the installed verl supports score centering")
-def test_sc_hook_stops_every_verl_process_on_old_verl():
+@pytest.mark.skipif(rev.transport() is rev.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": ovr.SC_HOOK_MODULE}
     proc = subprocess.run(
         [sys.executable, "-c", "import verl"], env=env, capture_output=True, text=True, cwd=REPO
@@ -538,15 +583,14 @@ def test_install_refuses_a_changed_seam():
         sc_seam.install(sc)
 
 
-@pytest.mark.skipif(rev.supported(), reason="the installed verl supports score centering")
-def test_install_on_old_verl_raises_the_clear_error():
+@pytest.mark.skipif(rev.transport() is rev.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+def test_install_on_a_verl_without_the_seam_raises_the_clear_error():
     with pytest.raises(rev.ScoreCenteringUnsupported, match=rev.REQUIRED_COMMIT):
         sc_seam.install()
 
 
-@pytest.mark.skipif(
-    not rev.supported(), reason="needs verl with score-centering support (GPU install)"
-)
+@pytest.mark.skipif(rev.transport() is not rev.VERL_TRANSPORT,
+                    reason="needs verl's own score-centering transport (commit 8718ca30, optional)")
 def test_install_on_supporting_verl_patches_the_real_seam():
     import importlib
 

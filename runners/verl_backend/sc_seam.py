@@ -72,6 +72,10 @@ def install(module: Any | None = None) -> None:
     pass a stand-in module instead.
     """
     if module is None:
+        if rev.transport() is not rev.VERL_TRANSPORT:
+            raise rev.ScoreCenteringUnsupported(
+                f"the seam hook is for verl's own head transport (verl commit {rev.REQUIRED_COMMIT}, or later): the "
+                f"installed verl has no {rev.SEAM_MODULE}; its SC arms use the project's transport (runners.verl_head)")
         rev.require("installing the project's score-centering correction")
         module = importlib.import_module(rev.SEAM_MODULE)
     verify_seam(module)
