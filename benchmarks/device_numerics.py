@@ -9,7 +9,11 @@ and both computations start from those same bf16 values: the fp32 one is the tra
 one (the same functions on the values cast to fp64) runs on a subset of rows per group, to bound
 time and memory. Reported per (tail, offset, cap): the largest relative error of ``C``, the worst
 ``|dC| / (atol + rtol |C|)`` at the repository test's tolerance (``<= 1`` passes it), the largest
-error of ``log(1 - P)``, and, on a few rows, the same for the gradient w.r.t. the logits.
+error of ``log(1 - P)``, and, on a few rows, the same for the gradient w.r.t. the logits. Also what a
+rollout engine's own fp32 ``log_softmax`` kernel (vLLM's log-probs) does to a head: the largest
+per-row mean shift of the head's log-probs against fp64 and the relative error of the tail ``1 - P``
+formed from that head (docs/score_centering.md: torch's CPU kernel shifts rows by ~3e-5 at this
+vocabulary; this measures the device's).
 
 GPU memory at N = 16,384, V = 151,936, k = 128 (GB = 1e9 bytes): bf16 logits 4.98 GB; generating a
 block of 512 rows holds about five fp64 ``512 x V`` tensors, 3.1 GB; the fp32 chunk block 0.62 GB;
@@ -99,6 +103,13 @@ def run(device: torch.device, *, rows: int, vocab: int, k: int, chunk_rows: int,
             lse = float(exact_logits.logsumexp(-1).abs().mean())
         grads = _gradient_errors(logits[first:first + grad_rows], ids[first:first + grad_rows],
                                  sampler[first:first + grad_rows], chunk_rows)
+        with torch.no_grad():  # an engine's fp32 log_softmax kernel, as vLLM returns the head
+            engine = torch.log_softmax(logits[sub].float(), -1).gather(-1, ids[sub]).double()
+            exact_lp = torch.log_softmax(exact_logits, -1).gather(-1, ids[sub])
+            engine_shift = float((engine - exact_lp).mean(-1).abs().max())
+            engine_tail = 1 - engine.exp().sum(-1)
+            engine_tail_err = float(((engine_tail - tail64.exp()).abs() / tail64.exp()).max())
+            del engine, exact_lp
         del exact_logits
         for cap in CAPS:
             exact = centering_term(head64, sampler[sub].double(), is_cap=cap, train_log_tail=tail64)[0]
@@ -111,6 +122,7 @@ def run(device: torch.device, *, rows: int, vocab: int, k: int, chunk_rows: int,
                 "c_tolerance_ratio": _tolerance_ratio(got, exact, RTOL, ATOL),
                 "log_tail_max_abs_err": float((tail32[sub].double() - tail64).abs().max()),
                 "grad_rows": grad_rows, "grad_max_rel_err": grads[cap][0], "grad_tolerance_ratio": grads[cap][1],
+                "engine_log_softmax_shift": engine_shift, "engine_tail_max_rel_err": engine_tail_err,
             })
     del logits, ids, sampler, head32, tail32, fp32
     free_memory(device.type == "cuda")

@@ -66,14 +66,16 @@ def _numerics(result: dict) -> list[str]:
              f"repository test's rtol {s['rtol']:g}, atol {s['atol']:g} (gradient {s['grad_rtol']:g}, "
              f"{s['grad_atol']:g}): <= 1 passes.", "",
              "| tail 1-P | offset | cap | mean abs lse | fp64 tail | mean abs C | C max rel err | C tol ratio "
-             "| log(1-P) max abs err | grad max rel err | grad tol ratio |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| log(1-P) max abs err | grad max rel err | grad tol ratio | engine log_softmax row shift "
+             "| 1-P from engine head, max rel err |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         cap = "SC" if r["cap"] is None else f"SC+TIS {r['cap']:g}"
         lines.append(f"| {r['target_tail']:g} | {r['offset']:g} | {cap} | {_num(r['mean_abs_lse'], 1)} "
                      f"| {_sci(r['fp64_tail_mean'])} | {_sci(r['mean_abs_c'])} | {_sci(r['c_max_rel_err'])} "
                      f"| {_num(r['c_tolerance_ratio'], 3)} | {_sci(r['log_tail_max_abs_err'])} "
-                     f"| {_sci(r['grad_max_rel_err'])} | {_num(r['grad_tolerance_ratio'], 3)} |")
+                     f"| {_sci(r['grad_max_rel_err'])} | {_num(r['grad_tolerance_ratio'], 3)} "
+                     f"| {_sci(r['engine_log_softmax_shift'])} | {_sci(r['engine_tail_max_rel_err'])} |")
     return lines
 
 
