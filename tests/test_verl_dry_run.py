@@ -258,6 +258,17 @@ def test_every_arm_composes_and_validates_against_installed_verl(tmp_path, arm):
         assert rows == {} and transport is None
 
 
+@pytest.mark.parametrize("compile_", [True, False])
+def test_the_engine_follows_the_torch_compile_knob(tmp_path, compile_):
+    """verl's FSDP engine compiles its entropy function from fsdp_config.use_torch_compile, which does not
+    follow actor.use_torch_compile: the knob must reach the engine (found by the rehearsal: it compiled
+    with the knob off, 25 s per arm on a CPU)."""
+    cfg = project_cfg(tmp_path, "backend.dry_run=true", f"backend.actor.use_torch_compile={compile_}", method="pg")
+    report = dry_run.check_against_installed_verl(launch.build_spec(cfg, run_dir_of(cfg)).overrides)
+    actor = OmegaConf.create(report["verl_config"]).actor_rollout_ref.actor
+    assert (actor.use_torch_compile, actor.fsdp_config.use_torch_compile) == (compile_, compile_)
+
+
 def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path, monkeypatch):
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method="sc_tis")
     run_dir = run_dir_of(cfg)

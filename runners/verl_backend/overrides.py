@@ -143,6 +143,9 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype", actor.dtype, add=True)
     put("actor_rollout_ref.actor.fsdp_config.seed", int(cfg.seed))
     put("actor_rollout_ref.actor.use_torch_compile", bool(actor.use_torch_compile))
+    # verl's FSDP engine reads its own copy (torch.compile of the entropy function), which does not follow the
+    # actor's key: without this, use_torch_compile=false still compiled (25 s per arm on a CPU rehearsal)
+    put("actor_rollout_ref.actor.fsdp_config.use_torch_compile", bool(actor.use_torch_compile))
     put("actor_rollout_ref.actor.optim.optimizer", "AdamW")
     put("actor_rollout_ref.actor.optim.lr", float(t.lr))
     put("actor_rollout_ref.actor.optim.weight_decay", float(t.weight_decay))
