@@ -143,7 +143,8 @@ class Sweep:
         return [r for r in self.runs.index if self.runs.at[r, "method"] == method]
 
 
-def _find_run_dirs(sweep_dir: Path) -> tuple[list[Path], list[Path]]:
+def find_run_dirs(sweep_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(run folders, ignored folders) of ``sweep_dir``, sorted by name (the folders :func:`load_sweep` reads)."""
     runs, ignored = [], []
     for p in sorted(sweep_dir.iterdir()):
         if not p.is_dir() or p.name.startswith(".") or p.name == REPORT_DIR:
@@ -192,7 +193,7 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     if (root / METRICS_FILE).exists():
         raise SweepError(f"{root}: this is a run directory (it has {METRICS_FILE}); pass the sweep "
                          f"directory that contains it, {root.parent}")
-    run_dirs, ignored = _find_run_dirs(root)
+    run_dirs, ignored = find_run_dirs(root)
     if not run_dirs:
         raise SweepError(f"{root}: empty sweep, no run directories (folders with {METRICS_FILE}) found")
     datas, problems = [], []

@@ -4,7 +4,8 @@ Files: ``comparison.csv``, ``paired.csv`` (the contract's columns first, then th
 ones of :data:`analysis.tables.PAIRED_COLUMNS`), ``passk.csv`` (unbiased pass@k), ``retest.csv``
 (only when a run has repeated evaluations), ``comparison.md`` (everything in words and tables),
 ``eval_curves.png``, ``train_curves.png``, ``per_problem.png``. :func:`build_report` computes everything and
-returns a :class:`Report`; :func:`write_report` also writes the files.
+returns a :class:`Report`; :func:`write_report` also writes the files. Both time their stages in an
+:class:`analysis.progress.Progress` (``progress``), which also prints a line per stage when given a stream.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 
 from analysis import plots
 from analysis.load import REPORT_DIR, Sweep, load_sweep
+from analysis.progress import Progress
 from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
 from analysis.tables import (
     ALPHA,
@@ -80,14 +82,29 @@ def parse_checkpoints(spec: str | Sequence[str | int]) -> list[str | int]:
 
 def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | int] = "both",
                  ks: Sequence[int] = DEFAULT_KS, n_boot: int = N_BOOT, seed: int = SEED,
-                 strict: bool = False) -> Report:
+                 strict: bool = False, progress: Progress | None = None) -> Report:
     """Compute every table of the report for ``sweep`` (a loaded sweep or a sweep directory).
 
-    ``strict``: passed to :func:`analysis.load.load_sweep` when a directory is given.
+    ``strict``: passed to :func:`analysis.load.load_sweep` when a directory is given. ``progress``:
+    times the stages ``load``, ``tables`` and ``curves`` (default a silent one).
     """
-    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep, strict=strict)
+    progress = progress or Progress()
+    if not isinstance(sweep, Sweep):
+        with progress.stage("load"):
+            sweep = load_sweep(sweep, strict=strict)
     cps = parse_checkpoints(checkpoints)
     resampler = Resampler(n_boot=n_boot, seed=seed)
+    with progress.stage("tables", f"of {len(sweep.runs)} runs"):
+        report = _tables(sweep, cps, ks, resampler, n_boot, seed)
+    with progress.stage("curves"):
+        report.curves = eval_curves_table(sweep, resampler, by="run")
+        report.method_curves = eval_curves_table(sweep, resampler, by="method")
+    return report
+
+
+def _tables(sweep: Sweep, cps: list[str | int], ks: Sequence[int], resampler: Resampler, n_boot: int,
+            seed: int) -> Report:
+    """The report's tables but the curves (left empty)."""
     comp = comparison_table(sweep, cps, resampler)
     agg = seed_aggregate_table(sweep, cps)
     if not agg.empty:  # each method's aggregate row right after its seeds
@@ -107,38 +124,49 @@ def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | in
     return Report(
         sweep=sweep, checkpoints=cps, comparison=comp,
         paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
-        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"),
-        method_curves=eval_curves_table(sweep, resampler, by="method"), retest=retest_table(sweep),
+        passk=passk, curves=pd.DataFrame(), method_curves=pd.DataFrame(), retest=retest_table(sweep),
         n_boot=n_boot, seed=seed,
     )
 
 
 def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
                  checkpoints: str | Sequence[str | int] = "both", ks: Sequence[int] = DEFAULT_KS,
-                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True, strict: bool = False) -> Report:
-    """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``)."""
-    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict)
+                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True, strict: bool = False,
+                 progress: Progress | None = None) -> Report:
+    """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``).
+
+    ``progress``: times (and, given a stream, reports) the stages of :func:`build_report`, then
+    ``csv``, one per figure and ``markdown`` (default a silent one).
+    """
+    progress = progress or Progress()
+    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict, progress=progress)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     files = report.files
-    files["comparison.csv"] = out / "comparison.csv"
-    report.comparison.to_csv(files["comparison.csv"], index=False)
-    files["paired.csv"] = out / "paired.csv"
-    report.paired.to_csv(files["paired.csv"], index=False)
-    files["passk.csv"] = out / "passk.csv"
-    report.passk.to_csv(files["passk.csv"], index=False)
-    if not report.retest.empty:
-        files["retest.csv"] = out / "retest.csv"
-        report.retest.to_csv(files["retest.csv"], index=False)
+    with progress.stage("csv"):
+        files["comparison.csv"] = out / "comparison.csv"
+        report.comparison.to_csv(files["comparison.csv"], index=False)
+        files["paired.csv"] = out / "paired.csv"
+        report.paired.to_csv(files["paired.csv"], index=False)
+        files["passk.csv"] = out / "passk.csv"
+        report.passk.to_csv(files["passk.csv"], index=False)
+        if not report.retest.empty:
+            files["retest.csv"] = out / "retest.csv"
+            report.retest.to_csv(files["retest.csv"], index=False)
     if figures:
         resampler = Resampler(n_boot=n_boot, seed=seed)
-        files["eval_curves.png"] = plots.save(plots.eval_curves(report.sweep, resampler, report.curves,
-                                                                report.retest, report.method_curves),
-                                              out / "eval_curves.png")
-        files["train_curves.png"] = plots.save(plots.train_curves(report.sweep), out / "train_curves.png")
-        files["per_problem.png"] = plots.save(plots.per_problem(report.sweep, "final"), out / "per_problem.png")
-    files["comparison.md"] = out / "comparison.md"
-    files["comparison.md"].write_text(markdown(report, figures=figures))
+        figures_of = {
+            "eval_curves.png": lambda: plots.eval_curves(report.sweep, resampler, report.curves, report.retest,
+                                                         report.method_curves),
+            "train_curves.png": lambda: plots.train_curves(report.sweep),
+            "per_problem.png": lambda: plots.per_problem(report.sweep, "final"),
+        }
+        for name, make in figures_of.items():
+            with progress.stage(name):
+                files[name] = plots.save(make(), out / name)
+    with progress.stage("markdown"):
+        files["comparison.md"] = out / "comparison.md"
+        files["comparison.md"].write_text(markdown(report, figures=figures))
     return report
 
 
