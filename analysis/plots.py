@@ -232,17 +232,24 @@ def _smoothed(sweep: Sweep, panels: list[tuple[str, str]], window: int
               ) -> list[tuple[str, str, dict[str, pd.Series]]]:
     """Per panel a run logs: (title, metric, run -> its ``window``-step backward moving average)."""
     train = sweep.train
-    by_run = {run: rows.set_index("step") for run, rows in train.groupby("run", sort=False)}
-    logged = {run: set(rows.columns[rows.notna().any().to_numpy()]) for run, rows in by_run.items()}
+    counts = train.groupby("run", sort=False).count()  # non-null values per run and metric
+    steps = {run: rows.to_numpy() for run, rows in train.groupby("run", sort=False)["step"]}
     out = []
     for title, metric in panels:
-        runs = [r for r in sweep.runs.index
-                if metric in logged.get(r, ()) and DUPLICATES.get(metric, "") not in logged.get(r, ())]
+        if metric not in counts:
+            continue
+        logs = counts[metric] > 0
+        if DUPLICATES.get(metric) in counts:
+            logs &= counts[DUPLICATES[metric]] == 0
+        runs = [r for r in sweep.runs.index if logs.get(r, False)]
         if not runs:
             continue
         scale = float(train[metric].median()) if metric in RELATIVE_TO_SWEEP_MEDIAN else 1.0
-        out.append((title, metric, {r: backward_moving_average(by_run[r][metric].astype(float) / scale, window)
-                                    for r in runs}))
+        # every run's moving average in one rolling window over a steps x runs frame: a run's missing steps
+        # are NaN there as in its own series, so each column is backward_moving_average of that run
+        wide = train.pivot(index="step", columns="run", values=metric)[runs].astype(float) / scale
+        smooth = backward_moving_average(wide, window)
+        out.append((title, metric, {r: smooth[r].loc[steps[r]].rename(None) for r in runs}))
     return out
 
 

@@ -251,21 +251,18 @@ def _comparison_section(report: Report, label: str) -> list[str]:
     sweep, comp = report.sweep, report.comparison
     c = comp[comp["checkpoint"] == label]
     sets = [*sweep.sets, AVG]
-    rows = []
-    for run, g in c.groupby("run", sort=False):
-        g = g.set_index("data_source")
-        is_agg = pd.isna(g["seed"].iloc[0])
-        cells = []
-        for ds in sets:
-            r = g.loc[ds]
-            if is_agg:
-                seeds = c[(c["method"] == r["method"]) & c["seed"].notna() & (c["data_source"] == ds)]
-                sd = seeds["mean_at_k"].std(ddof=1)
-                cells.append(f"**{_f(r['mean_at_k'])} ± {_f(sd)} sd** [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
-            else:
-                cells.append(f"{_f(r['mean_at_k'])} ± {_f(r['se'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
-        step = g["step"].iloc[0]
-        rows.append([_run_cell(sweep, run), "—" if pd.isna(step) else str(int(step)), *cells])
+    sds = c[c["seed"].notna()].groupby(["method", "data_source"])["mean_at_k"].std(ddof=1)  # the seeds' spread
+    cells: dict[str, dict[str, str]] = {}
+    steps: dict[str, object] = {}
+    for r in c.itertuples(index=False):  # one pass over the rows: the markdown grows with the runs, no faster
+        if pd.isna(r.seed):
+            cell = f"**{_f(r.mean_at_k)} ± {_f(sds.get((r.method, r.data_source), np.nan))} sd** "
+        else:
+            cell = f"{_f(r.mean_at_k)} ± {_f(r.se)} "
+        cells.setdefault(r.run, {})[r.data_source] = cell + f"[{_f(r.ci_low)}, {_f(r.ci_high)}]"
+        steps.setdefault(r.run, r.step)
+    rows = [[_run_cell(sweep, run), "—" if pd.isna(steps[run]) else str(int(steps[run])),
+             *[by_set[ds] for ds in sets]] for run, by_set in cells.items()]
     title = f"## mean@{sweep.k} at the `{label}` checkpoint"
     header = ["run", "step", *[f"{ds} (n={len(sweep.problems[ds])})" for ds in sweep.sets],
               f"avg (n={sum(len(p) for p in sweep.problems.values())})"]
@@ -366,10 +363,10 @@ def _passk_section(report: Report) -> list[str]:
            "pass@1 equals mean@k.", ""]
     for label in dict.fromkeys(pk["checkpoint"]):
         p = pk[pk["checkpoint"] == label]
-        rows = []
-        for (run, ds), g in p.groupby(["run", "data_source"], sort=False):
-            g = g.set_index("k")
-            rows.append([_run_cell(sweep, run), ds, *[_f(g.at[k, "pass_at_k"]) for k in ks]])
+        wide = p.set_index(["run", "data_source", "k"])["pass_at_k"].unstack("k")  # one pivot, not one per row
+        keys = list(dict.fromkeys(zip(p["run"], p["data_source"], strict=True)))
+        values = wide.reindex(index=pd.MultiIndex.from_tuples(keys), columns=ks).to_numpy()
+        rows = [[_run_cell(sweep, run), ds, *[_f(v) for v in row]] for (run, ds), row in zip(keys, values, strict=True)]
         out += [f"### `{label}` checkpoint", "", _md_table(["run", "set", *[f"pass@{k}" for k in ks]], rows), ""]
     return out
 

@@ -82,8 +82,8 @@ def set_sizes(sweep: Sweep) -> list[int]:
 
 def avg_curve(sweep: Sweep, run: str) -> pd.Series:
     """``avg`` mean@k (mean of the sets' mean@k) of ``run`` at each evaluated step."""
-    curve = sweep.avg_scores.loc[run]
-    return pd.Series(curve.to_numpy(), index=pd.Index(curve.index.to_numpy(), name="step"), name=run)
+    return pd.Series(sweep.avg_scores.to_numpy()[sweep.rows(run)], index=pd.Index(sweep.steps(run), name="step"),
+                     name=run)
 
 
 def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best")) -> pd.DataFrame:
@@ -106,7 +106,8 @@ def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
 
 
 def _scores_at(sweep: Sweep, run: str, step: int) -> np.ndarray:
-    return sweep.correct.loc[(run, step)].to_numpy(dtype=float) / sweep.k
+    steps, x = sweep.scores(run)
+    return x[np.flatnonzero(steps == step)[0]]
 
 
 def arm_scores(sweep: Sweep, cps: pd.DataFrame) -> dict[str, tuple[list[str], np.ndarray]]:
@@ -146,7 +147,8 @@ def comparison_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
 
 def seeds_per_method(sweep: Sweep) -> dict[str, int]:
     """Number of evaluated runs (seeds) of each method."""
-    return {m: sum(1 for r in sweep.evaluated_runs if sweep.runs.at[r, "method"] == m) for m in sweep.methods}
+    counts = sweep.runs.loc[sweep.evaluated_runs, "method"].value_counts()
+    return {m: int(counts.get(m, 0)) for m in sweep.methods}
 
 
 def seed_aggregate_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best")) -> pd.DataFrame:
@@ -274,7 +276,7 @@ def passk_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best
     labels = set_labels(sweep)
     rows = []
     for run, cp, step in cps.itertuples(index=False):
-        c = sweep.correct.loc[(run, step)].to_numpy()
+        c = np.rint(_scores_at(sweep, run, step) * sweep.k).astype(int)
         method, seed = sweep.runs.at[run, "method"], sweep.runs.at[run, "seed"]
         for k in ks:
             per_problem = pass_at_k(c, sweep.k, k)
@@ -319,14 +321,15 @@ def eval_curves_table(sweep: Sweep, resampler: Resampler | None = None, by: str 
             steps, x = sweep.scores(run)
             add(run, sweep.runs.at[run, "method"], steps, set_summaries(x, sweep.set_slices, resampler), "mean", 1)
     elif by == "method":
+        evaluated = set(sweep.evaluated_runs)
         for method in sweep.methods:
-            runs = [r for r in sweep.runs_of(method) if r in sweep.evaluated_runs]
+            runs = [r for r in sweep.runs_of(method) if r in evaluated]
             if not runs:
                 continue
             common = sorted(set.intersection(*(set(sweep.steps(r).tolist()) for r in runs)))
             if not common:
                 continue
-            y = np.stack([sweep.correct.loc[[(r, s) for s in common]].to_numpy(float) / sweep.k for r in runs], axis=1)
+            y = np.stack([x[np.isin(steps, common)] for steps, x in map(sweep.scores, runs)], axis=1)
             if len(runs) >= 2:  # y: (steps, seeds, problems)
                 add(method, method, np.array(common), mean_two_level(y, sweep.set_slices), "estimate", len(runs))
             else:
