@@ -249,7 +249,8 @@ def _smoothed(sweep: Sweep, panels: list[tuple[str, str]], window: int
         # are NaN there as in its own series, so each column is backward_moving_average of that run
         wide = train.pivot(index="step", columns="run", values=metric)[runs].astype(float) / scale
         smooth = backward_moving_average(wide, window)
-        out.append((title, metric, {r: smooth[r].loc[steps[r]].rename(None) for r in runs}))
+        values, at = smooth.to_numpy(), {r: np.searchsorted(smooth.index.to_numpy(), steps[r]) for r in runs}
+        out.append((title, metric, {r: pd.Series(values[at[r], i], index=steps[r]) for i, r in enumerate(runs)}))
     return out
 
 

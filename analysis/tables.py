@@ -53,6 +53,7 @@ PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "
                   "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant",
                   "pairs", "pairing", "mde80", "verdict"]
 RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
+EVAL_CURVE_COLUMNS = ["curve", "method", "step", "data_source", "mean_at_k", "ci_low", "ci_high", "n_seeds"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
 CHECKPOINT_NOTES = {
     "final": "the last evaluated step of each run",
@@ -304,17 +305,19 @@ def eval_curves_table(sweep: Sweep, resampler: Resampler | None = None, by: str 
     per method on the per-problem scores averaged over its seeds, at the steps every seed has
     evaluated; with >= 2 seeds the band is the two-level interval (seeds and problems) of
     :func:`analysis.seeds.mean_two_level`, with one seed the bootstrap over problems.
-    Columns: curve, method, step, data_source (sets and ``avg``), mean_at_k, ci_low, ci_high, n_seeds.
+    Columns :data:`EVAL_CURVE_COLUMNS` (data_source: the sets and ``avg``).
     """
     resampler = resampler or Resampler()
     labels = set_labels(sweep)
-    frames = []
+    columns: dict[str, list] = {c: [] for c in EVAL_CURVE_COLUMNS}
 
     def add(name: str, method: str, steps: np.ndarray, summ: dict[str, np.ndarray], mean_key: str, n: int) -> None:
-        for j, ds in enumerate(labels):
-            frames.append(pd.DataFrame({"curve": name, "method": method, "step": steps, "data_source": ds,
-                                        "mean_at_k": summ[mean_key][j], "ci_low": summ["ci_low"][j],
-                                        "ci_high": summ["ci_high"][j], "n_seeds": n}))
+        for j, ds in enumerate(labels):  # columns gathered as arrays, one frame at the end
+            for col, value in (("curve", name), ("method", method), ("data_source", ds), ("n_seeds", n)):
+                columns[col].append(np.full(len(steps), value, dtype=object if isinstance(value, str) else int))
+            for col, value in (("step", steps), ("mean_at_k", summ[mean_key][j]), ("ci_low", summ["ci_low"][j]),
+                               ("ci_high", summ["ci_high"][j])):
+                columns[col].append(np.asarray(value))
 
     if by == "run":
         for run in sweep.evaluated_runs:
@@ -336,7 +339,7 @@ def eval_curves_table(sweep: Sweep, resampler: Resampler | None = None, by: str 
                 add(method, method, np.array(common), set_summaries(y[:, 0], sweep.set_slices, resampler), "mean", 1)
     else:
         raise ValueError(f"by must be 'run' or 'method', got {by!r}")
-    return pd.concat(frames, ignore_index=True)
+    return pd.DataFrame({c: np.concatenate(v) for c, v in columns.items()})
 
 
 def retest_table(sweep: Sweep) -> pd.DataFrame:
