@@ -147,7 +147,9 @@ def seed_coincidence_note(found: Sequence[SeedCoincidence], limit: int = 3) -> s
     step 37``; "" when nothing coincides; past ``limit`` pairs of arms, "+N more"."""
     if not found:
         return ""
-    parts = [f"{c.a} = {c.b} in {'all ' if c.seeds == c.of else ''}{c.seeds}{'' if c.seeds == c.of else f' of {c.of}'} "
-             f"seed{'s' if c.of > 1 else ''}, median through step {c.through:g}" for c in found[:limit]]
+    def count(c: SeedCoincidence) -> str:
+        return f"all {c.of} seeds" if c.seeds == c.of > 1 else f"{c.seeds} of {c.of} seed{'s' if c.of > 1 else ''}"
+
+    parts = [f"{c.a} = {c.b} in {count(c)}, median through step {c.through:g}" for c in found[:limit]]
     more = f"; +{len(found) - limit} more" if len(found) > limit else ""
     return "coincide (same seed, from the start): " + "; ".join(parts) + more

@@ -22,6 +22,7 @@ from analysis import plots
 from analysis.load import REPORT_DIR, Sweep, load_sweep
 from analysis.progress import Progress
 from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
+from analysis.styles import several_seeds
 from analysis.tables import (
     ALPHA,
     AVG,
@@ -391,16 +392,27 @@ def markdown(report: Report, figures: bool = True) -> str:
     out += _retest_section(report)
     out += _passk_section(report)
     if figures:
+        several = several_seeds(sweep)
         out += ["## Figures", "",
                 f"- `eval_curves.png`: mean@{sweep.k} per set and avg against training step, raw (no smoothing), "
-                "with each point's 95% band (one seed: bootstrap over problems; a method's mean of several "
-                "seeds: the two-level interval over seeds and problems) and, for runs with repeated "
-                "evaluations, the hatched ±1.96 sd test-retest band.",
+                + ("one line per method, the mean of its seeds at the steps all of them evaluated, with each "
+                   "point's 95% two-level interval over seeds and problems (the tables' interval) as its band; "
+                   "each seed is a thin line of its method's colour" if several else
+                   "one line per run with each point's 95% bootstrap band over problems")
+                + "; for runs with repeated evaluations, the hatched ±1.96 sd test-retest band.",
                 "- `train_curves.png`: training metrics as backward 20-step moving averages (the value at step s "
-                "is the mean of steps s−19..s); an arm that does not log a metric is absent from its panel.",
-                "- `per_problem.png`: per-problem accuracy of every run at its final checkpoint; problems sorted "
-                "hardest to easiest within each set, so columns whose colour changes between rows are the "
-                "problems that move.", "",
+                "is the mean of steps s−19..s)"
+                + ("; per method the mean of its seeds' moving averages with its 95% t interval over seeds, each "
+                   "seed thin" if several else "")
+                + "; an arm that does not log a metric is absent from its panel.",
+                "- `per_problem.png`: per-problem accuracy of every run at its final checkpoint"
+                + (" (above them, each method's mean over its seeds)" if several else "")
+                + "; problems sorted hardest to easiest within each set, so columns whose colour changes "
+                "between rows are the problems that move.",
+                "- Under a curve panel, a note names the arms whose lines coincide: "
+                + ("per pair of methods, in how many seeds the two runs of one seed coincide from the start and "
+                   "through which step (the median over those seeds)." if several else
+                   "which runs, over which steps."), "",
                 "![eval curves](eval_curves.png)", "", "![train curves](train_curves.png)", "",
                 "![per-problem accuracy](per_problem.png)", ""]
     return "\n".join(out)

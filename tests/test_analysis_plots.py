@@ -231,3 +231,75 @@ def test_per_problem_ids_are_readable(sweep, twin_sweep):
         ticks = fig.axes[ax].get_xticklabels()
         assert len(ticks) == len(fig.axes[ax].get_images()[0].get_array()[0])
         assert all(t.get_fontsize() >= 9 and t.get_visible() for t in ticks)
+
+
+# -- several seeds: notes counted over seeds, wrapped to the panel, train bands over seeds (issue 27) -------
+def test_wrap_breaks_at_the_separators_and_keeps_line_breaks():
+    from analysis.panel_text import chars_per_line, wrap
+
+    assert chars_per_line(4.3, 10) == 56  # 4.3 in = 309.6 pt; 0.55 em at 10 pt = 5.5 pt a character
+    note = ("coincide (same seed, from the start): pg = sc in all 16 seeds, median through step 40; "
+            "tis = sc_tis in 14 of 16 seeds, median through step 20; +1 more")
+    assert wrap(note, 4.3, 10).split("\n") == [
+        "coincide (same seed, from the start):",
+        "pg = sc in all 16 seeds, median through step 40;",
+        "tis = sc_tis in 14 of 16 seeds, median through step 20;",
+        "+1 more"]
+    short = "coincide: pg = sc, steps 0-10; tis = sc_tis, steps 0-15"  # 55 characters: fits, unchanged
+    assert wrap(short, 4.3, 10) == short and wrap("", 4.3, 10) == ""
+    assert wrap("title line\n" + "x " * 40, 1.0, 10).split("\n")[0] == "title line"  # own breaks kept
+    long = wrap("a-b " * 30, 2.0, 10).split("\n")  # no separator: broken at spaces, never at hyphens
+    assert all(len(line) <= chars_per_line(2.0, 10) for line in long) and all("a-b" in line for line in long)
+
+
+def test_seed_coincidences_count_seeds_coinciding_from_the_start():
+    import pandas as pd
+
+    from analysis.coincidence import SeedCoincidence, seed_coincidence_note, seed_coincidences
+
+    steps = list(range(1, 9))
+    base = pd.Series(np.linspace(0.0, 0.7, 8), index=steps)
+    other = base + 0.3
+    curves = {
+        "pg": {s: base for s in (1, 2, 3, 4)},
+        # seed 1-3: equal through steps 2, 4 and 6; seed 4 equal only over steps 5-6 (a crossing, not counted)
+        "sc": {1: base.where(base.index <= 2, other), 2: base.where(base.index <= 4, other),
+               3: base.where(base.index <= 6, other), 4: other.where(~base.index.isin([5, 6]), base)},
+        "tis": {1: other, 2: other},  # two seeds only, never equal to pg
+    }
+    found = seed_coincidences(curves, tolerance=1e-9)
+    assert found == [SeedCoincidence("pg", "sc", 3, 4, 4.0)]
+    assert seed_coincidence_note(found) == ("coincide (same seed, from the start): pg = sc in 3 of 4 seeds, "
+                                            "median through step 4")
+    every = seed_coincidences({"a": {1: base, 2: base}, "b": {1: base, 2: base}, "c": {1: base}}, 1e-9)
+    assert [(c.a, c.b, c.seeds, c.of, c.through) for c in every] == [("a", "b", 2, 2, 8.0), ("a", "c", 1, 1, 8.0),
+                                                                     ("b", "c", 1, 1, 8.0)]
+    assert seed_coincidence_note(every, limit=2).endswith("a = c in 1 of 1 seed, median through step 8; +1 more")
+    assert seed_coincidence_note([]) == ""
+
+
+def test_seed_band_is_the_t_interval_over_the_seeds_at_their_common_steps():
+    import pandas as pd
+    from scipy import stats
+
+    from analysis.seed_curves import seed_band
+
+    curves = {"r1": pd.Series([1.0, 2.0, 3.0], index=[1, 2, 3]),
+              "r2": pd.Series([2.0, 2.0, 5.0, 6.0], index=[1, 2, 3, 4]),  # step 4: only this seed
+              "r3": pd.Series([0.0, np.nan, 4.0], index=[1, 2, 3])}  # step 2: null in this seed
+    band = seed_band(curves)
+    assert band["step"].tolist() == [1, 3] and band["n_seeds"].tolist() == [3, 3]
+    t = stats.t.ppf(0.975, 2)
+    for row, values in zip(band.itertuples(), ([1.0, 2.0, 0.0], [3.0, 5.0, 4.0]), strict=True):
+        half = t * np.std(values, ddof=1) / np.sqrt(3)
+        assert row.mean == pytest.approx(np.mean(values))
+        assert row.ci_low == pytest.approx(np.mean(values) - half) and row.ci_high == pytest.approx(np.mean(values) + half)
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        seed_band({"r1": curves["r1"]})
+
+
+def test_one_seed_figures_keep_a_line_and_legend_entry_per_run(twin_sweep):
+    fig = plots.train_curves(twin_sweep)
+    assert _legend(fig) == [f"{m}-seed1" for m in ("pg", "tis", "sc", "sc_tis")]
+    assert not [c for ax in fig.axes for c in ax.collections]  # no bands with one seed
+    assert len(plots.per_problem(twin_sweep, "final").axes) == 2  # the matrix and its colour bar, no method block
