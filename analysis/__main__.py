@@ -8,7 +8,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.load import SweepError
+from analysis.load import SweepError, find_run_dirs
+from analysis.progress import PROGRESS_MIN_RUNS, Progress
 from analysis.report import DEFAULT_KS, parse_checkpoints, write_report
 from analysis.stats import N_BOOT, SEED
 
@@ -40,15 +41,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--strict", action="store_true",
                         help="fail on run folders without a valid metrics.json instead of skipping them")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"a line per stage on stderr (default: with {PROGRESS_MIN_RUNS} run folders or more)")
     args = parser.parse_args(argv)
     try:
         checkpoints = parse_checkpoints(args.checkpoint)
     except ValueError as e:
         parser.error(str(e))
     start = time.perf_counter()
+    n_folders = len(find_run_dirs(args.sweep_dir)[0]) if args.sweep_dir.is_dir() else 0
+    show = args.progress if args.progress is not None else n_folders >= PROGRESS_MIN_RUNS
+    progress = Progress(sys.stderr if show else None)
+    progress.say(f"{n_folders} run folders in {args.sweep_dir}; stages: load, tables, curves, csv, "
+                 + ("3 figures, " if not args.no_figures else "") + "markdown")
     try:
         report = write_report(args.sweep_dir, args.out, checkpoints, args.k, args.n_boot, args.seed,
-                              figures=not args.no_figures, strict=args.strict)
+                              figures=not args.no_figures, strict=args.strict, progress=progress)
     except SweepError as e:
         print(f"error: cannot analyse {args.sweep_dir}:", file=sys.stderr)
         for line in e.problems:

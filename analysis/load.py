@@ -126,24 +126,40 @@ class Sweep:
     @property
     def evaluated_runs(self) -> list[str]:
         """Runs with at least one evaluation, in ``runs`` order."""
-        return [r for r in self.runs.index if self.runs.at[r, "n_evals"] > 0]
+        return self.runs.index[self.runs["n_evals"].to_numpy() > 0].tolist()
+
+    @cached_property
+    def _rows(self) -> dict[str, np.ndarray]:
+        """Positions of each run's rows in :attr:`correct` (one grouping, so that a run's look-up does not
+        scan the whole matrix: per-run loops stay linear in the runs)."""
+        runs = self.correct.index.get_level_values(0).to_numpy()
+        return dict(pd.Series(np.arange(len(runs))).groupby(runs, sort=False).indices)
+
+    @cached_property
+    def _matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """(step of each row, correct counts as floats) of :attr:`correct`."""
+        return self.correct.index.get_level_values(1).to_numpy(), self.correct.to_numpy(dtype=float)
+
+    def rows(self, run: str) -> np.ndarray:
+        """Positions of ``run``'s rows in :attr:`correct` and :attr:`avg_scores` (ascending step; none if unevaluated)."""
+        return self._rows.get(run, np.array([], dtype=int))
 
     def steps(self, run: str) -> np.ndarray:
         """Evaluated steps of ``run`` (ascending)."""
-        if run not in self.correct.index.get_level_values(0):
-            return np.array([], dtype=int)
-        return self.correct.loc[run].index.to_numpy()
+        return self._matrix[0][self.rows(run)]
 
     def scores(self, run: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, per-problem mean correctness of shape (n_steps, n_problems)) of ``run``."""
-        block = self.correct.loc[run]
-        return block.index.to_numpy(), block.to_numpy(dtype=float) / self.k
+        rows = self._rows[run]
+        return self._matrix[0][rows], self._matrix[1][rows] / self.k
 
     def runs_of(self, method: str) -> list[str]:
-        return [r for r in self.runs.index if self.runs.at[r, "method"] == method]
+        """Runs of ``method``, in ``runs`` order."""
+        return self.runs.index[self.runs["method"].to_numpy() == method].tolist()
 
 
-def _find_run_dirs(sweep_dir: Path) -> tuple[list[Path], list[Path]]:
+def find_run_dirs(sweep_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(run folders, ignored folders) of ``sweep_dir``, sorted by name (the folders :func:`load_sweep` reads)."""
     runs, ignored = [], []
     for p in sorted(sweep_dir.iterdir()):
         if not p.is_dir() or p.name.startswith(".") or p.name == REPORT_DIR:
@@ -192,7 +208,7 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     if (root / METRICS_FILE).exists():
         raise SweepError(f"{root}: this is a run directory (it has {METRICS_FILE}); pass the sweep "
                          f"directory that contains it, {root.parent}")
-    run_dirs, ignored = _find_run_dirs(root)
+    run_dirs, ignored = find_run_dirs(root)
     if not run_dirs:
         raise SweepError(f"{root}: empty sweep, no run directories (folders with {METRICS_FILE}) found")
     datas, problems = [], []

@@ -4,7 +4,8 @@ Files: ``comparison.csv``, ``paired.csv`` (the contract's columns first, then th
 ones of :data:`analysis.tables.PAIRED_COLUMNS`), ``passk.csv`` (unbiased pass@k), ``retest.csv``
 (only when a run has repeated evaluations), ``comparison.md`` (everything in words and tables),
 ``eval_curves.png``, ``train_curves.png``, ``per_problem.png``. :func:`build_report` computes everything and
-returns a :class:`Report`; :func:`write_report` also writes the files.
+returns a :class:`Report`; :func:`write_report` also writes the files. Both time their stages in an
+:class:`analysis.progress.Progress` (``progress``), which also prints a line per stage when given a stream.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import pandas as pd
 
 from analysis import plots
 from analysis.load import REPORT_DIR, Sweep, load_sweep
+from analysis.progress import Progress
 from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
+from analysis.styles import several_seeds
 from analysis.tables import (
     ALPHA,
     AVG,
@@ -80,14 +83,29 @@ def parse_checkpoints(spec: str | Sequence[str | int]) -> list[str | int]:
 
 def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | int] = "both",
                  ks: Sequence[int] = DEFAULT_KS, n_boot: int = N_BOOT, seed: int = SEED,
-                 strict: bool = False) -> Report:
+                 strict: bool = False, progress: Progress | None = None) -> Report:
     """Compute every table of the report for ``sweep`` (a loaded sweep or a sweep directory).
 
-    ``strict``: passed to :func:`analysis.load.load_sweep` when a directory is given.
+    ``strict``: passed to :func:`analysis.load.load_sweep` when a directory is given. ``progress``:
+    times the stages ``load``, ``tables`` and ``curves`` (default a silent one).
     """
-    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep, strict=strict)
+    progress = progress or Progress()
+    if not isinstance(sweep, Sweep):
+        with progress.stage("load"):
+            sweep = load_sweep(sweep, strict=strict)
     cps = parse_checkpoints(checkpoints)
     resampler = Resampler(n_boot=n_boot, seed=seed)
+    with progress.stage("tables", f"of {len(sweep.runs)} runs"):
+        report = _tables(sweep, cps, ks, resampler, n_boot, seed)
+    with progress.stage("curves"):
+        report.curves = eval_curves_table(sweep, resampler, by="run")
+        report.method_curves = eval_curves_table(sweep, resampler, by="method")
+    return report
+
+
+def _tables(sweep: Sweep, cps: list[str | int], ks: Sequence[int], resampler: Resampler, n_boot: int,
+            seed: int) -> Report:
+    """The report's tables but the curves (left empty)."""
     comp = comparison_table(sweep, cps, resampler)
     agg = seed_aggregate_table(sweep, cps)
     if not agg.empty:  # each method's aggregate row right after its seeds
@@ -107,38 +125,49 @@ def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | in
     return Report(
         sweep=sweep, checkpoints=cps, comparison=comp,
         paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
-        passk=passk, curves=eval_curves_table(sweep, resampler, by="run"),
-        method_curves=eval_curves_table(sweep, resampler, by="method"), retest=retest_table(sweep),
+        passk=passk, curves=pd.DataFrame(), method_curves=pd.DataFrame(), retest=retest_table(sweep),
         n_boot=n_boot, seed=seed,
     )
 
 
 def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
                  checkpoints: str | Sequence[str | int] = "both", ks: Sequence[int] = DEFAULT_KS,
-                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True, strict: bool = False) -> Report:
-    """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``)."""
-    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict)
+                 n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True, strict: bool = False,
+                 progress: Progress | None = None) -> Report:
+    """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``).
+
+    ``progress``: times (and, given a stream, reports) the stages of :func:`build_report`, then
+    ``csv``, one per figure and ``markdown`` (default a silent one).
+    """
+    progress = progress or Progress()
+    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict, progress=progress)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     files = report.files
-    files["comparison.csv"] = out / "comparison.csv"
-    report.comparison.to_csv(files["comparison.csv"], index=False)
-    files["paired.csv"] = out / "paired.csv"
-    report.paired.to_csv(files["paired.csv"], index=False)
-    files["passk.csv"] = out / "passk.csv"
-    report.passk.to_csv(files["passk.csv"], index=False)
-    if not report.retest.empty:
-        files["retest.csv"] = out / "retest.csv"
-        report.retest.to_csv(files["retest.csv"], index=False)
+    with progress.stage("csv"):
+        files["comparison.csv"] = out / "comparison.csv"
+        report.comparison.to_csv(files["comparison.csv"], index=False)
+        files["paired.csv"] = out / "paired.csv"
+        report.paired.to_csv(files["paired.csv"], index=False)
+        files["passk.csv"] = out / "passk.csv"
+        report.passk.to_csv(files["passk.csv"], index=False)
+        if not report.retest.empty:
+            files["retest.csv"] = out / "retest.csv"
+            report.retest.to_csv(files["retest.csv"], index=False)
     if figures:
         resampler = Resampler(n_boot=n_boot, seed=seed)
-        files["eval_curves.png"] = plots.save(plots.eval_curves(report.sweep, resampler, report.curves,
-                                                                report.retest, report.method_curves),
-                                              out / "eval_curves.png")
-        files["train_curves.png"] = plots.save(plots.train_curves(report.sweep), out / "train_curves.png")
-        files["per_problem.png"] = plots.save(plots.per_problem(report.sweep, "final"), out / "per_problem.png")
-    files["comparison.md"] = out / "comparison.md"
-    files["comparison.md"].write_text(markdown(report, figures=figures))
+        figures_of = {
+            "eval_curves.png": lambda: plots.eval_curves(report.sweep, resampler, report.curves, report.retest,
+                                                         report.method_curves),
+            "train_curves.png": lambda: plots.train_curves(report.sweep),
+            "per_problem.png": lambda: plots.per_problem(report.sweep, "final"),
+        }
+        for name, make in figures_of.items():
+            with progress.stage(name):
+                files[name] = plots.save(make(), out / name)
+    with progress.stage("markdown"):
+        files["comparison.md"] = out / "comparison.md"
+        files["comparison.md"].write_text(markdown(report, figures=figures))
     return report
 
 
@@ -223,21 +252,18 @@ def _comparison_section(report: Report, label: str) -> list[str]:
     sweep, comp = report.sweep, report.comparison
     c = comp[comp["checkpoint"] == label]
     sets = [*sweep.sets, AVG]
-    rows = []
-    for run, g in c.groupby("run", sort=False):
-        g = g.set_index("data_source")
-        is_agg = pd.isna(g["seed"].iloc[0])
-        cells = []
-        for ds in sets:
-            r = g.loc[ds]
-            if is_agg:
-                seeds = c[(c["method"] == r["method"]) & c["seed"].notna() & (c["data_source"] == ds)]
-                sd = seeds["mean_at_k"].std(ddof=1)
-                cells.append(f"**{_f(r['mean_at_k'])} ± {_f(sd)} sd** [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
-            else:
-                cells.append(f"{_f(r['mean_at_k'])} ± {_f(r['se'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
-        step = g["step"].iloc[0]
-        rows.append([_run_cell(sweep, run), "—" if pd.isna(step) else str(int(step)), *cells])
+    sds = c[c["seed"].notna()].groupby(["method", "data_source"])["mean_at_k"].std(ddof=1)  # the seeds' spread
+    cells: dict[str, dict[str, str]] = {}
+    steps: dict[str, object] = {}
+    for r in c.itertuples(index=False):  # one pass over the rows: the markdown grows with the runs, no faster
+        if pd.isna(r.seed):
+            cell = f"**{_f(r.mean_at_k)} ± {_f(sds.get((r.method, r.data_source), np.nan))} sd** "
+        else:
+            cell = f"{_f(r.mean_at_k)} ± {_f(r.se)} "
+        cells.setdefault(r.run, {})[r.data_source] = cell + f"[{_f(r.ci_low)}, {_f(r.ci_high)}]"
+        steps.setdefault(r.run, r.step)
+    rows = [[_run_cell(sweep, run), "—" if pd.isna(steps[run]) else str(int(steps[run])),
+             *[by_set[ds] for ds in sets]] for run, by_set in cells.items()]
     title = f"## mean@{sweep.k} at the `{label}` checkpoint"
     header = ["run", "step", *[f"{ds} (n={len(sweep.problems[ds])})" for ds in sweep.sets],
               f"avg (n={sum(len(p) for p in sweep.problems.values())})"]
@@ -338,10 +364,10 @@ def _passk_section(report: Report) -> list[str]:
            "pass@1 equals mean@k.", ""]
     for label in dict.fromkeys(pk["checkpoint"]):
         p = pk[pk["checkpoint"] == label]
-        rows = []
-        for (run, ds), g in p.groupby(["run", "data_source"], sort=False):
-            g = g.set_index("k")
-            rows.append([_run_cell(sweep, run), ds, *[_f(g.at[k, "pass_at_k"]) for k in ks]])
+        wide = p.set_index(["run", "data_source", "k"])["pass_at_k"].unstack("k")  # one pivot, not one per row
+        keys = list(dict.fromkeys(zip(p["run"], p["data_source"], strict=True)))
+        values = wide.reindex(index=pd.MultiIndex.from_tuples(keys), columns=ks).to_numpy()
+        rows = [[_run_cell(sweep, run), ds, *[_f(v) for v in row]] for (run, ds), row in zip(keys, values, strict=True)]
         out += [f"### `{label}` checkpoint", "", _md_table(["run", "set", *[f"pass@{k}" for k in ks]], rows), ""]
     return out
 
@@ -366,16 +392,27 @@ def markdown(report: Report, figures: bool = True) -> str:
     out += _retest_section(report)
     out += _passk_section(report)
     if figures:
+        several = several_seeds(sweep)
         out += ["## Figures", "",
                 f"- `eval_curves.png`: mean@{sweep.k} per set and avg against training step, raw (no smoothing), "
-                "with each point's 95% band (one seed: bootstrap over problems; a method's mean of several "
-                "seeds: the two-level interval over seeds and problems) and, for runs with repeated "
-                "evaluations, the hatched ±1.96 sd test-retest band.",
+                + ("one line per method, the mean of its seeds at the steps all of them evaluated, with each "
+                   "point's 95% two-level interval over seeds and problems (the tables' interval) as its band; "
+                   "each seed is a thin line of its method's colour" if several else
+                   "one line per run with each point's 95% bootstrap band over problems")
+                + "; for runs with repeated evaluations, the hatched ±1.96 sd test-retest band.",
                 "- `train_curves.png`: training metrics as backward 20-step moving averages (the value at step s "
-                "is the mean of steps s−19..s); an arm that does not log a metric is absent from its panel.",
-                "- `per_problem.png`: per-problem accuracy of every run at its final checkpoint; problems sorted "
-                "hardest to easiest within each set, so columns whose colour changes between rows are the "
-                "problems that move.", "",
+                "is the mean of steps s−19..s)"
+                + ("; per method the mean of its seeds' moving averages with its 95% t interval over seeds, each "
+                   "seed thin" if several else "")
+                + "; an arm that does not log a metric is absent from its panel.",
+                "- `per_problem.png`: per-problem accuracy of every run at its final checkpoint"
+                + (" (above them, each method's mean over its seeds)" if several else "")
+                + "; problems sorted hardest to easiest within each set, so columns whose colour changes "
+                "between rows are the problems that move.",
+                "- Under a curve panel, a note names the arms whose lines coincide: "
+                + ("per pair of methods, in how many seeds the two runs of one seed coincide from the start and "
+                   "through which step (the median over those seeds)." if several else
+                   "which runs, over which steps."), "",
                 "![eval curves](eval_curves.png)", "", "![train curves](train_curves.png)", "",
                 "![per-problem accuracy](per_problem.png)", ""]
     return "\n".join(out)

@@ -188,13 +188,15 @@ def pass_at_k(c: np.ndarray, n: int, k: int) -> np.ndarray:
     return table[np.asarray(c, dtype=int)]
 
 
-def backward_moving_average(values: pd.Series, window: int = MOVING_AVERAGE_WINDOW) -> pd.Series:
+def backward_moving_average(values: pd.Series | pd.DataFrame, window: int = MOVING_AVERAGE_WINDOW
+                            ) -> pd.Series | pd.DataFrame:
     """Backward moving average over training steps, skipping nulls.
 
     ``values`` is indexed by step. The result at step s is the mean of the non-null values at the
     steps max(1, s - window + 1) .. s (the window is counted in steps, not rows, so a missing row
     shortens the window rather than reaching further back); NaN where the window holds no value.
-    Only the steps of ``values`` are returned.
+    Only the steps of ``values`` are returned. A frame is averaged column by column (a column's
+    nulls count as missing steps, so each column is what its own series would give at its steps).
     """
     values = values.astype(float)
     if values.empty:

@@ -199,6 +199,7 @@ def build_sweep(
     lift: Mapping[str, float] | None = None,
     seed: int = 0,
     method_configs: Mapping[str, Mapping] | None = None,
+    coincide: Mapping[str, tuple[str, int]] | None = None,
 ) -> Path:
     """Write a random sweep: one run ``<method>-seed<seed>`` per method and seed.
 
@@ -207,6 +208,12 @@ def build_sweep(
     run in progress at ``step``; ``lift[method]`` is its logit gain over training (default
     :data:`DEFAULT_LIFT`, 0.6 for other names); ``method_configs[method]`` is the method section its
     runs save (default :func:`method_config`). Deterministic given ``seed``.
+
+    ``coincide[follower] = (leader, step)``: each run of ``follower`` repeats the run of ``leader``
+    with the same seed (its evaluations, and the train metrics both arms log) through a divergence
+    step drawn per seed, uniform on ``step // 2 .. 3 * step // 2`` (:func:`divergence_steps`), as
+    PG and SC follow one trajectory until the first sampled token differs; its own draws after.
+    Runs of other methods are written exactly as without ``coincide``.
     """
     sweep_dir = Path(sweep_dir)
     sets = dict(sets or {"aime2024": 30, "aime2025": 30})
@@ -215,6 +222,12 @@ def build_sweep(
     rng = np.random.default_rng(seed)
     difficulty = {ds: rng.normal(-0.3, 1.6, size=n) for ds, n in sets.items()}
     problems = {ds: problem_ids(ds, n) for ds, n in sets.items()}
+    coincide = dict(coincide or {})
+    for follower, (leader, _) in coincide.items():
+        if follower not in methods or leader not in methods or leader in coincide:
+            raise ValueError(f"coincide[{follower!r}] = {leader!r}: both must be methods of the sweep, the leader "
+                             "no follower itself")
+    runs: dict[tuple[str, int], dict] = {}
     for mi, method in enumerate(methods):
         for si, run_seed in enumerate(seeds):
             name = f"{method}-seed{run_seed}"
@@ -227,12 +240,44 @@ def build_sweep(
                     ds: (run_rng.random((n, k)) < 1 / (1 + np.exp(-(difficulty[ds][:, None] + gain)))).astype(int)
                     for ds, n in sets.items()
                 }
-            write_run(
-                sweep_dir / name, method=method, seed=run_seed, evals=evals, problems=problems,
-                total_steps=total_steps, last_step=last, status="running" if name in running else "finished",
-                rng_seed=int(run_rng.integers(1 << 31)), method_cfg=(method_configs or {}).get(method),
-            )
+            runs[method, run_seed] = {
+                "run_dir": sweep_dir / name, "method": method, "seed": run_seed, "evals": evals, "problems": problems,
+                "total_steps": total_steps, "last_step": last, "status": "running" if name in running else "finished",
+                "rng_seed": int(run_rng.integers(1 << 31)), "method_cfg": (method_configs or {}).get(method),
+            }
+    for follower, (leader, step) in coincide.items():
+        for run_seed, until in zip(seeds, divergence_steps(step, len(seeds), [seed, methods.index(follower)]),
+                                   strict=True):
+            _follow(runs[follower, run_seed], runs[leader, run_seed], until)
+    for args in runs.values():
+        write_run(**args)
     return sweep_dir
+
+
+def divergence_steps(step: int, n: int, seed: Sequence[int]) -> np.ndarray:
+    """``n`` divergence steps, uniform on ``step // 2 .. 3 * step // 2`` (``numpy.random.default_rng(seed)``)."""
+    return np.random.default_rng([*seed, 1]).integers(step // 2, 3 * step // 2 + 1, size=n)
+
+
+def _train_rows(args: Mapping) -> list[dict[str, float]]:
+    """The train rows :func:`write_run` draws for ``args`` when it is given none (the same rng stream)."""
+    rng = np.random.default_rng(args["rng_seed"])
+    cfg = method_config(args["method"]) if args["method_cfg"] is None else args["method_cfg"]
+    return [synthetic_train_row(args["method"], step, args["total_steps"], rng, cfg)
+            for step in range(1, args["last_step"] + 1)]
+
+
+def _follow(follower: dict, leader: Mapping, until: int) -> None:
+    """Make ``follower`` (write_run keywords) repeat ``leader`` through step ``until``: the evaluations, and
+    the train metrics both log (the follower keeps its own arm's metrics)."""
+    for step, acc in leader["evals"].items():
+        if step <= until and step in follower["evals"]:
+            follower["evals"][step] = {ds: a.copy() for ds, a in acc.items()}
+    own, lead = _train_rows(follower), _train_rows(leader)
+    for step, (row, ref) in enumerate(zip(own, lead, strict=False), start=1):
+        if step <= until:
+            row.update({m: v for m, v in ref.items() if m in row})
+    follower["train_rows"] = own
 
 
 # Correct-sample counts (out of KNOWN_K) per problem of the sweep written by write_known_sweep:
@@ -329,18 +374,26 @@ def true_difference(shift_logit: float, *, n_problems: int = 30, seed_sd_logit: 
 
 def write_two_arm_sweep(sweep_dir: str | Path, counts_a: np.ndarray, counts_b: np.ndarray, k: int,
                         methods: tuple[str, str] = ("pg", "sc"), set_name: str = "aime",
-                        seed_fixes: Mapping | None = None) -> Path:
+                        seed_fixes: Mapping | None = None,
+                        seeds: tuple[Sequence[int], Sequence[int]] | None = None) -> Path:
     """Write one sweep of :func:`two_arm_counts` (arrays (seeds, n_problems)) as run folders.
 
-    One evaluation at step 0 per run, runs ``<method>-seed<s+1>``; the sweep the report reads.
+    One evaluation at step 0 per run, runs ``<method>-seed<seed>``; the sweep the report reads.
+    ``seeds``: per arm, the seed of each row of its counts, in the order the folders are written
+    (default ``1..S`` for both arms: row s of both arms is seed s + 1). Arms given their seeds in
+    different orders pair row i of A with the row of B that has A's seed, not with row i.
     ``seed_fixes`` is every run's ``run.seed_fixes`` (default none: the report treats the seeds as
-    independent; a record with ``data_order`` makes row s of both arms a seed pair).
+    independent; a record with ``data_order`` makes the runs of one seed a seed pair).
     """
     sweep_dir = Path(sweep_dir)
     problems = {set_name: problem_ids(set_name, counts_a.shape[-1])}
-    for method, counts in zip(methods, (counts_a, counts_b), strict=True):
-        for s, row in enumerate(np.asarray(counts)):
-            write_run(sweep_dir / f"{method}-seed{s + 1}", method=method, seed=s + 1,
+    arms = (counts_a, counts_b)
+    seeds = seeds or tuple(range(1, len(c) + 1) for c in arms)
+    for method, counts, arm_seeds in zip(methods, arms, seeds, strict=True):
+        if sorted(arm_seeds) != sorted(set(arm_seeds)) or len(arm_seeds) != len(counts):
+            raise ValueError(f"{method}: seeds {list(arm_seeds)} must be distinct, one per row of its {len(counts)}")
+        for run_seed, row in zip(arm_seeds, np.asarray(counts), strict=True):
+            write_run(sweep_dir / f"{method}-seed{run_seed}", method=method, seed=int(run_seed),
                       evals={0: {set_name: counts_to_acc(row, k)}}, problems=problems, total_steps=0,
                       seed_fixes=seed_fixes)
     return sweep_dir

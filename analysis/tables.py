@@ -53,6 +53,7 @@ PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "
                   "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant",
                   "pairs", "pairing", "mde80", "verdict"]
 RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
+EVAL_CURVE_COLUMNS = ["curve", "method", "step", "data_source", "mean_at_k", "ci_low", "ci_high", "n_seeds"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
 CHECKPOINT_NOTES = {
     "final": "the last evaluated step of each run",
@@ -82,8 +83,8 @@ def set_sizes(sweep: Sweep) -> list[int]:
 
 def avg_curve(sweep: Sweep, run: str) -> pd.Series:
     """``avg`` mean@k (mean of the sets' mean@k) of ``run`` at each evaluated step."""
-    curve = sweep.avg_scores.loc[run]
-    return pd.Series(curve.to_numpy(), index=pd.Index(curve.index.to_numpy(), name="step"), name=run)
+    return pd.Series(sweep.avg_scores.to_numpy()[sweep.rows(run)], index=pd.Index(sweep.steps(run), name="step"),
+                     name=run)
 
 
 def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best")) -> pd.DataFrame:
@@ -106,7 +107,8 @@ def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
 
 
 def _scores_at(sweep: Sweep, run: str, step: int) -> np.ndarray:
-    return sweep.correct.loc[(run, step)].to_numpy(dtype=float) / sweep.k
+    steps, x = sweep.scores(run)
+    return x[np.flatnonzero(steps == step)[0]]
 
 
 def arm_scores(sweep: Sweep, cps: pd.DataFrame) -> dict[str, tuple[list[str], np.ndarray]]:
@@ -146,7 +148,8 @@ def comparison_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
 
 def seeds_per_method(sweep: Sweep) -> dict[str, int]:
     """Number of evaluated runs (seeds) of each method."""
-    return {m: sum(1 for r in sweep.evaluated_runs if sweep.runs.at[r, "method"] == m) for m in sweep.methods}
+    counts = sweep.runs.loc[sweep.evaluated_runs, "method"].value_counts()
+    return {m: int(counts.get(m, 0)) for m in sweep.methods}
 
 
 def seed_aggregate_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best")) -> pd.DataFrame:
@@ -274,7 +277,7 @@ def passk_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best
     labels = set_labels(sweep)
     rows = []
     for run, cp, step in cps.itertuples(index=False):
-        c = sweep.correct.loc[(run, step)].to_numpy()
+        c = np.rint(_scores_at(sweep, run, step) * sweep.k).astype(int)
         method, seed = sweep.runs.at[run, "method"], sweep.runs.at[run, "seed"]
         for k in ks:
             per_problem = pass_at_k(c, sweep.k, k)
@@ -302,38 +305,41 @@ def eval_curves_table(sweep: Sweep, resampler: Resampler | None = None, by: str 
     per method on the per-problem scores averaged over its seeds, at the steps every seed has
     evaluated; with >= 2 seeds the band is the two-level interval (seeds and problems) of
     :func:`analysis.seeds.mean_two_level`, with one seed the bootstrap over problems.
-    Columns: curve, method, step, data_source (sets and ``avg``), mean_at_k, ci_low, ci_high, n_seeds.
+    Columns :data:`EVAL_CURVE_COLUMNS` (data_source: the sets and ``avg``).
     """
     resampler = resampler or Resampler()
     labels = set_labels(sweep)
-    frames = []
+    columns: dict[str, list] = {c: [] for c in EVAL_CURVE_COLUMNS}
 
     def add(name: str, method: str, steps: np.ndarray, summ: dict[str, np.ndarray], mean_key: str, n: int) -> None:
-        for j, ds in enumerate(labels):
-            frames.append(pd.DataFrame({"curve": name, "method": method, "step": steps, "data_source": ds,
-                                        "mean_at_k": summ[mean_key][j], "ci_low": summ["ci_low"][j],
-                                        "ci_high": summ["ci_high"][j], "n_seeds": n}))
+        for j, ds in enumerate(labels):  # columns gathered as arrays, one frame at the end
+            for col, value in (("curve", name), ("method", method), ("data_source", ds), ("n_seeds", n)):
+                columns[col].append(np.full(len(steps), value, dtype=object if isinstance(value, str) else int))
+            for col, value in (("step", steps), ("mean_at_k", summ[mean_key][j]), ("ci_low", summ["ci_low"][j]),
+                               ("ci_high", summ["ci_high"][j])):
+                columns[col].append(np.asarray(value))
 
     if by == "run":
         for run in sweep.evaluated_runs:
             steps, x = sweep.scores(run)
             add(run, sweep.runs.at[run, "method"], steps, set_summaries(x, sweep.set_slices, resampler), "mean", 1)
     elif by == "method":
+        evaluated = set(sweep.evaluated_runs)
         for method in sweep.methods:
-            runs = [r for r in sweep.runs_of(method) if r in sweep.evaluated_runs]
+            runs = [r for r in sweep.runs_of(method) if r in evaluated]
             if not runs:
                 continue
             common = sorted(set.intersection(*(set(sweep.steps(r).tolist()) for r in runs)))
             if not common:
                 continue
-            y = np.stack([sweep.correct.loc[[(r, s) for s in common]].to_numpy(float) / sweep.k for r in runs], axis=1)
+            y = np.stack([x[np.isin(steps, common)] for steps, x in map(sweep.scores, runs)], axis=1)
             if len(runs) >= 2:  # y: (steps, seeds, problems)
                 add(method, method, np.array(common), mean_two_level(y, sweep.set_slices), "estimate", len(runs))
             else:
                 add(method, method, np.array(common), set_summaries(y[:, 0], sweep.set_slices, resampler), "mean", 1)
     else:
         raise ValueError(f"by must be 'run' or 'method', got {by!r}")
-    return pd.concat(frames, ignore_index=True)
+    return pd.DataFrame({c: np.concatenate(v) for c, v in columns.items()})
 
 
 def retest_table(sweep: Sweep) -> pd.DataFrame:

@@ -86,3 +86,59 @@ def test_cross_table_pairs_within_a_sweep_not_across_sweeps(tmp_path):
     u = diff_two_level(yb, ya, SLICES)
     assert across["test"] == TWO_LEVEL and across["pairs"] == 0
     assert across["p_value"] == pytest.approx(u["p_value"][-1], rel=1e-12)
+
+
+def _paired_t_by_hand(ya: np.ndarray, yb: np.ndarray) -> dict[str, float]:
+    """The paired two-level t of one set written out (docs/statistics.md): D = ya - yb per seed pair; seed
+    part var_s(mean_j D) / S; problem part max(0, var_j(mean_s D) - MS_D / S) / n, MS_D the two-way
+    residual mean square of D; S - 1 df."""
+    from scipy import stats
+
+    d = ya - yb
+    s, n = d.shape
+    runs, cols = d.mean(axis=1), d.mean(axis=0)
+    resid = d - runs[:, None] - cols[None, :] + d.mean()
+    ms = (resid**2).sum() / ((s - 1) * (n - 1))
+    v_seed = runs.var(ddof=1) / s
+    v_prob = max(0.0, cols.var(ddof=1) - ms / s) / n
+    se, df = float(np.sqrt(v_seed + v_prob)), s - 1
+    est = float(d.mean())
+    half = stats.t.ppf(0.975, df) * se
+    return {"estimate": est, "se": se, "df": df, "ci_low": est - half, "ci_high": est + half,
+            "p_value": float(2 * stats.t.sf(abs(est) / se, df))}
+
+
+def test_seed_pairs_written_in_another_order_per_arm_are_paired_by_seed(tmp_path):
+    """Each arm's folders hold the seeds in its own order, so row i of one arm is not seed i of the other:
+    the comparison must pair by seed, whatever the order of the rows it is given."""
+    from analysis.pairing import arm_design, compare
+
+    seeds_a, seeds_b = (3, 1, 5, 2, 4), (2, 5, 1, 4, 3)
+    ca, cb = two_arm_counts(np.random.default_rng(7), 1, 5, n_problems=N, k=K, seed_sd_logit=0.6, seed_corr=0.9)
+    ca, cb = ca[0] / K, cb[0] / K
+    sweep = load_sweep(write_two_arm_sweep(tmp_path / "s", ca * K, cb * K, K, seed_fixes=LOCAL,
+                                           seeds=(seeds_a, seeds_b)))
+    by_seed_a = {s: ca[i] for i, s in enumerate(seeds_a)}
+    by_seed_b = {s: cb[i] for i, s in enumerate(seeds_b)}
+    hand = _paired_t_by_hand(np.stack([by_seed_a[s] for s in range(1, 6)]),
+                             np.stack([by_seed_b[s] for s in range(1, 6)]))
+    wrong = _paired_t_by_hand(ca, cb)  # row i with row i: what a comparison blind to the seeds would get
+    assert abs(wrong["p_value"] - hand["p_value"]) > 0.05 and abs(wrong["se"] - hand["se"]) > 0.005
+
+    # the rows in the order the folders were written: compare must reorder them by seed
+    runs_a, runs_b = [f"pg-seed{s}" for s in seeds_a], [f"sc-seed{s}" for s in seeds_b]
+    ya = np.stack([sweep.scores(r)[1][0] for r in runs_a])
+    yb = np.stack([sweep.scores(r)[1][0] for r in runs_b])
+    assert np.array_equal(ya, ca) and np.array_equal(yb, cb)
+    design = arm_design(sweep, runs_a, sweep, runs_b)
+    assert design.paired and design.seeds == (1, 2, 3, 4, 5)
+    t = compare(ya, yb, design, SLICES)
+    for key, value in hand.items():
+        assert t[key][0] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+
+    # the report's row (load_sweep lists each arm's runs in seed order): the same numbers
+    row = paired_table(sweep, ["final"]).set_index("data_source").loc["aime"]
+    assert row["test"] == PAIRED_TWO_LEVEL and row["pairs"] == 5
+    for col, key in (("diff", "estimate"), ("se", "se"), ("df", "df"), ("p_value", "p_value"),
+                     ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+        assert row[col] == pytest.approx(hand[key], rel=1e-12, abs=1e-15), col

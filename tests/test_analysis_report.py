@@ -215,3 +215,31 @@ def test_mixed_seeds_and_repeats_in_the_report(tmp_path):
     md = report.files["comparison.md"].read_text()
     assert "## Test-retest noise" in md and "| tis-seed1 | a | 1 | 2 |" in md
     assert "| 2 / 1 |" in md and "| bootstrap | — | no | single seed: between-seed variance not estimated |" in md
+
+
+def test_progress_line_per_stage_for_long_reports(tmp_path, capsys):
+    """A line per stage on stderr from PROGRESS_MIN_RUNS run folders (or with --progress); quiet below."""
+    import io
+
+    from analysis.progress import PROGRESS_MIN_RUNS, Progress
+
+    root = build_sweep(tmp_path / "s", methods=("pg", "sc"), total_steps=10, eval_every=10, sets={"a": 3}, k=2)
+    assert main([str(root), "--n-boot", "200"]) == 0
+    assert "analysis:" not in capsys.readouterr().err  # 2 runs: quiet
+    assert main([str(root), "--n-boot", "200", "--progress"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    stages = ["load", "tables of 2 runs", "curves", "csv", "eval_curves.png", "train_curves.png", "per_problem.png",
+              "markdown"]
+    assert lines[0] == f"analysis: 2 run folders in {root}; stages: load, tables, curves, csv, 3 figures, markdown"
+    assert [line.split(": ")[1] for line in lines[1:]] == stages
+    assert all(re.fullmatch(r"analysis: [^:]+: \d+\.\d s \(total \d+\.\d s\)", line) for line in lines[1:]), lines
+    assert main([str(root), "--n-boot", "200", "--no-figures"]) == 0 and not capsys.readouterr().err
+    assert PROGRESS_MIN_RUNS == 32
+    # the times are kept whether or not a line is written, and add up per stage name
+    quiet, loud = Progress(), Progress(io.StringIO())
+    for progress in (quiet, loud):
+        for _ in range(2):
+            with progress.stage("x", "detail"):
+                pass
+    assert set(quiet.times) == {"x"} and quiet.times["x"] >= 0
+    assert loud.stream.getvalue().count("analysis: x detail: ") == 2
