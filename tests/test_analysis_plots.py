@@ -9,6 +9,7 @@ import pytest
 
 from analysis import plots
 from analysis.load import load_sweep
+from analysis.seeds import mean_two_level
 from analysis.stats import Resampler, backward_moving_average
 from analysis.synthetic import build_sweep
 
@@ -34,7 +35,16 @@ def test_eval_curves_raw_values_and_bands(sweep):
     x, y = lines["pg-seed1"].get_data()
     steps, scores = sweep.scores("pg-seed1")
     assert np.array_equal(x, steps) and np.allclose(y, scores[:, :5].mean(axis=1))
-    assert len(axes[0].collections) == 3  # one bootstrap band per method
+    assert len(axes[0].collections) == 3  # one band per method
+    # the method's line: the seeds' mean; its band: the two-level interval over seeds and problems
+    (x1, y1), (x2, y2) = (sweep.scores(f"pg-seed{s}") for s in (1, 2))
+    x, y = lines["pg (mean of 2 seeds)"].get_data()
+    assert np.array_equal(x, x1) and np.array_equal(x1, x2)
+    assert np.allclose(y, (y1[:, :5].mean(axis=1) + y2[:, :5].mean(axis=1)) / 2)
+    band = mean_two_level(np.stack([y1[-1, :5], y2[-1, :5]]), [slice(0, 5)])
+    edge = axes[0].collections[0].get_paths()[0].vertices
+    at_30 = edge[edge[:, 0] == 30, 1]
+    assert (at_30.min(), at_30.max()) == pytest.approx((band["ci_low"][0], band["ci_high"][0]))
 
 
 def test_train_curves_moving_average_and_missing_metrics(sweep):
@@ -60,11 +70,15 @@ def test_train_curves_drop_panels_no_arm_logs(tmp_path):
 
 def test_per_problem_matrix(sweep):
     fig = plots.per_problem(sweep, "final")
-    image = fig.axes[0].get_images()[0].get_array()
-    assert image.shape == (6, 9)
-    assert np.nanmin(image) >= 0 and np.nanmax(image) <= 1
+    image = np.asarray(fig.axes[0].get_images()[0].get_array())
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels[0] == "pg-seed1 @ step 30" and labels[-1] == "sc-seed2 @ step 10 [running]"
+    # row: the run's scores at its last evaluation; columns: each set's problems, hardest (lowest mean
+    # over the runs) first, ties in problem order
+    runs = [label.split(" @ ")[0] for label in labels]
+    final = np.stack([sweep.scores(run)[1][-1] for run in runs])
+    order = np.concatenate([sl.start + np.argsort(final[:, sl].mean(axis=0), kind="stable") for sl in sweep.set_slices])
+    assert image.shape == (6, 9) and np.array_equal(image, final[:, order])
 
 
 def test_eval_curves_draw_the_test_retest_band(tmp_path):
