@@ -75,7 +75,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if False:", ("tests/test_contract.py",)),
     Mutation("sc_metrics_not_required", "the contract no longer asks SC arms for their metrics",
              "analysis/contract.py", "if traits is not None and traits.sc:", "if False:",
-             ("tests/test_contract.py",)),
+             ("tests/test_contract.py::test_required_metrics_per_arm",)),
     # -- resume
     Mutation("resume_from_oldest", "a resume loads the oldest kept checkpoint", "runners/local/checkpoint.py",
              "step, path = found[-1]", "step, path = found[0]",
