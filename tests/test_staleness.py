@@ -6,8 +6,8 @@
 * ``LocalRun.next_batch`` (a real ``LocalRun``, its sampler replaced by a stand-in that tags groups
   with the current version) follows the schedule as schedule.py describes it, re-implemented here
   on a list of versions: the default spreads staleness over every bucket 0..4, ``stale8`` over 0..8,
-  and ``stale_worst``'s schedule is derived by hand (every group exactly 4 versions old from step 20
-  on, as the default was before issue 11);
+  and ``stale_worst``'s schedule is derived by hand (every group exactly 4 versions old from step 19
+  on, as the default was before issue 11); the default's fractions are pinned as golden values;
 * a bad `backend.sampler.speed_jitter` fails validation naming the key.
 """
 
