@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from analysis.cross import cross_table, main, minimum_detectable
 from analysis.load import load_sweep
 from analysis.seeds import diff_two_level
 from analysis.synthetic import build_sweep
-from analysis.tables import arm_scores, checkpoint_steps
+from analysis.tables import TWO_LEVEL, arm_scores, checkpoint_steps
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +31,16 @@ def test_cross_table_equals_the_two_level_test_on_the_same_scores(sweeps):
     expected = diff_two_level(y_pg, y_ref, ref.set_slices)
     got = table[table.method == "pg"].set_index("data_source")
     np.testing.assert_allclose(got.loc[["aime2024", "aime2025", "avg"], "diff"], expected["estimate"])
-    np.testing.assert_allclose(got.loc[["aime2024", "aime2025", "avg"], "p_value"], expected["p_value"])
+    rows = got.loc[["aime2024", "aime2025", "avg"]]
+    for column, field in (("p_value", "p_value"), ("df", "df"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+        np.testing.assert_allclose(rows[column], expected[field], rtol=1e-12, err_msg=column)
+    # mde80 = (t_0.975 + t_0.80) x se at the test's df (scipy), from the test's own se
+    mde = (stats.t.ppf(0.975, expected["df"]) + stats.t.ppf(0.8, expected["df"])) * expected["se"]
+    np.testing.assert_allclose(rows["mde80"], mde, rtol=1e-12)
+    assert set(table["test"]) == {TWO_LEVEL} and set(table["pairs"]) == {0}  # across sweeps: independent seeds
     avg = table[table.data_source == "avg"].set_index("method")
     assert avg.at["pg", "diff"] < 0  # no lift under mismatch, lift 1.0 on-policy
     assert avg.at["pg", "ci_high"] < avg.at["sc_tis", "ci_high"]
-    assert (avg["mde80"] > (avg["ci_high"] - avg["ci_low"]) / 2).all()  # detectable at 80% > half-width
 
 
 def test_minimum_detectable_difference_has_the_stated_power():
@@ -44,8 +50,6 @@ def test_minimum_detectable_difference_has_the_stated_power():
     # simulate the test: estimate ~ N(mde, se^2) with se estimated on df degrees of freedom
     est = rng.normal(mde, se, 200_000)
     se_hat = se * np.sqrt(rng.chisquare(df, 200_000) / df)
-    from scipy import stats
-
     power = np.mean(np.abs(est / se_hat) > stats.t.ppf(0.975, df))
     assert power == pytest.approx(0.8, abs=0.02)
 

@@ -112,6 +112,12 @@ def test_per_problem_matrix(sweep):
     table = per_problem_table(sweep, "final")
     assert np.allclose(np.sort(means[0]), np.sort(table.loc[["pg-seed1", "pg-seed2"]].mean(axis=0).to_numpy()))
     assert np.allclose(means[2], runs[4:6].mean(axis=0)) and np.allclose(means[0], runs[0:2].mean(axis=0))
+    # run rows: each run's scores at its last evaluation; columns: each set's problems, hardest (lowest mean
+    # over the runs) first, ties in problem order
+    run_names = [label.split(" @ ")[0] for label in labels]
+    final = np.stack([sweep.scores(run)[1][-1] for run in run_names])
+    order = np.concatenate([sl.start + np.argsort(final[:, sl].mean(axis=0), kind="stable") for sl in sweep.set_slices])
+    assert np.array_equal(np.asarray(runs), final[:, order])
 
 
 def test_eval_curves_draw_the_test_retest_band(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
+from analysis.load import load_sweep
 from analysis.report import build_report, parse_checkpoints, write_report
+from analysis.seeds import diff_two_level
 from analysis.synthetic import build_sweep, write_known_sweep
 from analysis.tables import COMPARISON_COLUMNS, PAIRED_COLUMNS, PASSK_COLUMNS, verdict
 
@@ -40,7 +43,7 @@ def test_report_files(written):
         assert data.startswith(PNG_MAGIC) and len(data) > 20_000
 
 
-def test_csv_columns_and_rows(written):
+def test_csv_columns_and_rows(sweep_dir, written):
     comp = pd.read_csv(written / "comparison.csv")
     assert list(comp.columns) == COMPARISON_COLUMNS
     assert len(comp) == 4 * 3 * 2  # runs x (sets + avg) x (final, best)
@@ -54,9 +57,23 @@ def test_csv_columns_and_rows(written):
     assert len(paired) == 6 * 3 * 2  # method pairs x (sets + avg) x checkpoints
     assert list(dict.fromkeys(zip(paired["method_a"], paired["method_b"], strict=True))) == [
         ("pg", "tis"), ("pg", "sc"), ("pg", "sc_tis"), ("tis", "sc"), ("tis", "sc_tis"), ("sc", "sc_tis")]
-    assert ((paired["p_value"] > 0) & (paired["p_value"] <= 1)).all()
+    # one seed per method: per set, the sign-flip p over every sign pattern of the final scores' differences
+    sweep = load_sweep(sweep_dir)
+    final = {run: sweep.scores(run)[1][-1] for run in sweep.evaluated_runs}
+    rows = paired[paired["checkpoint"] == "final"].set_index(["method_a", "method_b", "data_source"])
+    for (a, b, ds), row in rows.iterrows():
+        if ds == "avg":
+            continue
+        d = (final[f"{a}-seed1"] - final[f"{b}-seed1"])[sweep.set_slices[sweep.sets.index(ds)]]
+        assert row["diff"] == pytest.approx(d.mean()) and row["p_value"] == pytest.approx(_every_sign_pattern(d))
     pk = pd.read_csv(written / "passk.csv")
     assert list(pk.columns) == PASSK_COLUMNS and sorted(pk["k"].unique()) == [1, 2, 4]
+
+
+def _every_sign_pattern(d: np.ndarray) -> float:
+    """Two-sided sign-flip p by enumeration: the share of the 2^n sign patterns with |sum| >= |sum d|."""
+    signs = np.array(list(itertools.product((1, -1), repeat=d.size)))
+    return float(np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-12))
 
 
 def test_markdown_words(written):
@@ -143,7 +160,14 @@ def test_multi_seed_report(tmp_path):
     assert "Unpaired two-level rows (independent seeds): unpaired: 2 seed pairs (a paired t needs >= 3)" in md
     p = report.paired
     assert p["seed_variance"].all() and (p["test"] == "two-level t (seeds and problems)").all()
-    assert (p["seeds_a"] == 2).all() and (p["df"] > 0).all() and (p["significant"] == (p["p_value"] < 0.05)).all()
+    assert (p["seeds_a"] == 2).all() and (p["significant"] == (p["p_value"] < 0.05)).all()
+    # the row's numbers are the unpaired two-level test's on the runs' final scores
+    sweep = load_sweep(root)
+    y = {m: np.stack([sweep.scores(f"{m}-seed{s}")[1][-1] for s in (1, 2)]) for m in ("pg", "sc")}
+    t = diff_two_level(y["pg"], y["sc"], sweep.set_slices)
+    row = p[p["checkpoint"] == "final"].set_index("data_source").loc[["a", "b", "avg"]]
+    for field in ("diff", "se", "df", "ci_low", "ci_high", "p_value"):
+        np.testing.assert_allclose(row[field], t["estimate" if field == "diff" else field], rtol=1e-12, err_msg=field)
     csv = report.files["comparison.csv"].read_text()
     assert "\npg,1,pg-seed1,a,final,20,2,6," in csv  # integers stay integers beside the aggregates' blanks
     assert "\npg,,pg (mean of 2 seeds),a,final,20,2,6," in csv

@@ -11,6 +11,22 @@ from scipy import stats
 from analysis.seeds import diff_two_level, mean_two_level, residual_mean_square
 
 
+def _ms(y):
+    """Two-way residual mean square, written out with loops (the reference for residual_mean_square)."""
+    s, n = y.shape
+    total = 0.0
+    for i in range(s):
+        for j in range(n):
+            total += (y[i, j] - y[i].mean() - y[:, j].mean() + y.mean()) ** 2
+    return total / ((s - 1) * (n - 1))
+
+
+def _t_interval(estimate, v, df, level=0.95):
+    """(ci_low, ci_high, two-sided p) of a t statistic with variance ``v`` on ``df`` degrees of freedom."""
+    half = stats.t.ppf((1 + level) / 2, df) * math.sqrt(v)
+    return estimate - half, estimate + half, 2 * stats.t.sf(abs(estimate) / math.sqrt(v), df)
+
+
 def _additive(rng, seeds, n, shift=0.0):
     """Y[s, j] = b_j + u_s + shift: no residual and no arm x problem interaction (V_prob = 0)."""
     b = rng.uniform(0.2, 0.8, size=n)
@@ -41,18 +57,10 @@ def test_two_level_difference_by_hand():
     yb = rng.integers(0, 9, size=(4, 7)) / 8
     t = diff_two_level(ya, yb, [slice(0, 7)])
 
-    def ms(y):  # two-way residual mean square, written out with loops
-        s, n = y.shape
-        total = 0.0
-        for i in range(s):
-            for j in range(n):
-                total += (y[i, j] - y[i].mean() - y[:, j].mean() + y.mean()) ** 2
-        return total / ((s - 1) * (n - 1))
-
-    assert residual_mean_square(ya) == pytest.approx(ms(ya))
+    assert residual_mean_square(ya) == pytest.approx(_ms(ya))
     va, vb = ya.mean(1).var(ddof=1) / 3, yb.mean(1).var(ddof=1) / 4
     d = ya.mean(0) - yb.mean(0)
-    v_prob = max(0.0, d.var(ddof=1) - ms(ya) / 3 - ms(yb) / 4) / 7
+    v_prob = max(0.0, d.var(ddof=1) - _ms(ya) / 3 - _ms(yb) / 4) / 7
     v = va + vb + v_prob
     df = v**2 / (va**2 / 2 + vb**2 / 3 + v_prob**2 / 6)
     assert t["se"][0] == pytest.approx(math.sqrt(v))
@@ -74,20 +82,31 @@ def test_problem_part_catches_an_arm_by_problem_interaction():
 
 def test_arm_mean_two_levels_and_avg_over_sets():
     rng = np.random.default_rng(3)
-    y = rng.integers(0, 5, size=(3, 9)) / 4
+    p = np.linspace(0.1, 0.9, 9)[rng.permutation(9)]  # problems of different difficulty: V_prob > 0
+    y = rng.binomial(4, p, size=(3, 9)) / 4
     slices = [slice(0, 5), slice(5, 9)]
     m = mean_two_level(y, slices)
+    v_probs = []
     for s, sl in enumerate(slices):
         ys = y[:, sl]
         n = ys.shape[1]
         v_seed = ys.mean(1).var(ddof=1) / 3
-        v_prob = max(0.0, ys.mean(0).var(ddof=1) - residual_mean_square(ys) / 3) / n
-        assert m["estimate"][s] == pytest.approx(ys.mean())
-        assert m["se"][s] == pytest.approx(math.sqrt(v_seed + v_prob))
+        v_prob = max(0.0, ys.mean(0).var(ddof=1) - _ms(ys) / 3) / n
+        v_probs.append(v_prob)
+        v = v_seed + v_prob
+        df = v**2 / (v_seed**2 / 2 + v_prob**2 / (n - 1))  # Satterthwaite: seeds 2 df, problems n - 1
+        low, high, p = _t_interval(ys.mean(), v, df)
+        got = [m[f][s] for f in ("estimate", "se", "se_seed", "se_problem", "df", "ci_low", "ci_high", "p_value")]
+        assert got == pytest.approx([ys.mean(), math.sqrt(v), math.sqrt(v_seed), math.sqrt(v_prob), df, low, high, p])
+    assert min(v_probs) > 0  # both parts enter, so the df are not the seeds' alone
+    # avg: the seed part on the runs' avg scores, the problem part the sets' over m^2, 9 - 2 problem df
     run_avg = (y[:, :5].mean(1) + y[:, 5:].mean(1)) / 2
-    assert m["estimate"][2] == pytest.approx(run_avg.mean())
-    assert m["se_seed"][2] == pytest.approx(math.sqrt(run_avg.var(ddof=1) / 3))
-    assert m["se_problem"][2] ** 2 == pytest.approx((m["se_problem"][0] ** 2 + m["se_problem"][1] ** 2) / 4)
+    v_seed, v_prob = run_avg.var(ddof=1) / 3, sum(v_probs) / 4
+    v = v_seed + v_prob
+    df = v**2 / (v_seed**2 / 2 + v_prob**2 / 7)
+    low, high, p = _t_interval(run_avg.mean(), v, df)
+    got = [m[f][2] for f in ("estimate", "se", "se_seed", "se_problem", "df", "ci_low", "ci_high", "p_value")]
+    assert got == pytest.approx([run_avg.mean(), math.sqrt(v), math.sqrt(v_seed), math.sqrt(v_prob), df, low, high, p])
 
 
 def test_vectorised_over_sweeps_and_refuses_one_seed():
@@ -135,22 +154,34 @@ def test_paired_without_problem_part_is_the_paired_t_test():
 def test_paired_difference_by_hand():
     from analysis.seeds import diff_paired_two_level
 
-    rng = np.random.default_rng(5)
-    ya, yb = rng.integers(0, 9, size=(2, 3, 8)) / 8
-    t = diff_paired_two_level(ya, yb, [slice(0, 5), slice(5, 8)])
+    rng = np.random.default_rng(8)
+    pa, pb = rng.uniform(0.05, 0.95, size=(2, 8))  # an arm x problem interaction: V_prob > 0 in both sets
+    ya, yb = rng.binomial(8, pa, size=(3, 8)) / 8, rng.binomial(8, pb, size=(3, 8)) / 8
+    slices = [slice(0, 5), slice(5, 8)]
+    t = diff_paired_two_level(ya, yb, slices)
+    sat = diff_paired_two_level(ya, yb, slices, df_rule="satterthwaite")
     d = ya - yb
-    for j, sl in enumerate([slice(0, 5), slice(5, 8)]):
+    for j, sl in enumerate(slices):
         ds = d[:, sl]
+        n = ds.shape[1]
         v_seed = ds.mean(1).var(ddof=1) / 3
-        v_prob = max(0.0, ds.mean(0).var(ddof=1) - residual_mean_square(ds) / 3) / ds.shape[1]
-        assert t["se"][j] == pytest.approx(math.sqrt(v_seed + v_prob))
-        assert t["df"][j] == 2  # the seed pairs' df (S - 1), whatever the problem part
-        sat = diff_paired_two_level(ya, yb, [slice(0, 5), slice(5, 8)], df_rule="satterthwaite")
-        assert sat["df"][j] == pytest.approx((v_seed + v_prob) ** 2 / (v_seed**2 / 2 + v_prob**2 / (ds.shape[1] - 1)))
-        assert sat["se"][j] == pytest.approx(t["se"][j]) and sat["p_value"][j] <= t["p_value"][j]
+        v_prob = max(0.0, ds.mean(0).var(ddof=1) - _ms(ds) / 3) / n
+        v = v_seed + v_prob
+        assert v_prob > 0  # so the two df rules differ
+        # the report's rule: the seed pairs' df (S - 1 = 2), whatever the problem part
+        low, high, p = _t_interval(ds.mean(), v, 2)
+        got = [t[f][j] for f in ("estimate", "se", "se_seed", "se_problem", "df", "ci_low", "ci_high", "p_value")]
+        assert got == pytest.approx([ds.mean(), math.sqrt(v), math.sqrt(v_seed), math.sqrt(v_prob), 2, low, high, p])
+        df_sat = v**2 / (v_seed**2 / 2 + v_prob**2 / (n - 1))
+        low, high, p = _t_interval(ds.mean(), v, df_sat)
+        assert [sat[f][j] for f in ("se", "df", "ci_low", "ci_high", "p_value")] == pytest.approx(
+            [math.sqrt(v), df_sat, low, high, p])
     run_d = (d[:, :5].mean(1) + d[:, 5:].mean(1)) / 2  # avg: seed part on the runs' avg differences
-    assert t["se_seed"][2] == pytest.approx(math.sqrt(run_d.var(ddof=1) / 3))
-    assert t["estimate"][2] == pytest.approx(run_d.mean())
+    v_prob = sum(max(0.0, d[:, sl].mean(0).var(ddof=1) - _ms(d[:, sl]) / 3) / (sl.stop - sl.start)
+                 for sl in slices) / 4
+    v = run_d.var(ddof=1) / 3 + v_prob
+    low, high, p = _t_interval(run_d.mean(), v, 2)
+    assert [t[f][2] for f in ("estimate", "se", "se_seed", "df", "ci_low", "ci_high", "p_value")] == pytest.approx(
+        [run_d.mean(), math.sqrt(v), math.sqrt(run_d.var(ddof=1) / 3), 2, low, high, p])
     with pytest.raises(ValueError, match="seed pairs need"):
         diff_paired_two_level(ya, yb[:2], [slice(0, 8)])
-

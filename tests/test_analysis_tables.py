@@ -39,6 +39,12 @@ def _x(method, step, ds):
     return np.array(KNOWN_COUNTS[method][step][ds]) / KNOWN_K
 
 
+def _percentile_interval(x, stream, n_boot=2000):
+    """The 95% percentile interval of x's mean from the documented draw: default_rng([0, n, stream]) indices."""
+    idx = np.random.default_rng([0, x.size, stream]).integers(0, x.size, size=(n_boot, x.size))
+    return tuple(np.percentile(x[idx].mean(axis=1), [2.5, 97.5]))
+
+
 def _row(table, **where):
     mask = np.ones(len(table), dtype=bool)
     for key, value in where.items():
@@ -78,6 +84,8 @@ def test_comparison_exact_mean_and_se(known, resampler):
     assert avg["se"] == pytest.approx(math.sqrt(a["se"] ** 2 + b["se"] ** 2) / 2)
     best = _row(comp, run="sc-seed1", data_source="avg", checkpoint="best")
     assert best["step"] == 10 and best["mean_at_k"] == pytest.approx((11 / 16 + 7 / 12) / 2)
+    assert (a["ci_low"], a["ci_high"]) == pytest.approx(_percentile_interval(_x("pg", 20, "alpha"), stream=0))
+    assert (b["ci_low"], b["ci_high"]) == pytest.approx(_percentile_interval(xb, stream=1))
     # every interval contains its estimate
     assert (comp["ci_low"] <= comp["mean_at_k"]).all() and (comp["mean_at_k"] <= comp["ci_high"]).all()
 
@@ -113,7 +121,7 @@ def test_paired_exact_differences_and_pvalues(known, resampler):
     best = _row(paired, data_source="alpha", checkpoint="best")
     assert best["diff"] == pytest.approx(d[:4].mean())
     assert best["p_value"] == pytest.approx(sign_flip_pvalue(d[:4]))
-    assert best["ci_low"] <= best["diff"] <= best["ci_high"]
+    assert (best["ci_low"], best["ci_high"]) == pytest.approx(_percentile_interval(d[:4], stream=0))
 
 
 def test_passk_exact(known):

@@ -124,6 +124,18 @@ def test_replay_buffer_is_fifo_and_evicts_by_staleness():
         ReplayBuffer(0)
 
 
+def test_checkpoints_keep_the_newest_and_a_resume_loads_the_newest(tmp_path):
+    from runners.local.checkpoint import checkpoint_dir, list_checkpoints, load_latest, save_checkpoint
+
+    assert load_latest(tmp_path) is None
+    for step in (3, 6, 9, 12):
+        save_checkpoint(tmp_path, step, {"step": step, "w": torch.full((2,), float(step))}, keep=2)
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [9, 12]
+    (checkpoint_dir(tmp_path) / ".step_000015.pt.k3x9.tmp").write_bytes(b"")  # a save killed midway
+    step, state = load_latest(tmp_path)
+    assert step == 12 and state["step"] == 12 and torch.equal(state["w"], torch.full((2,), 12.0))
+
+
 # -- sampler fidelity -------------------------------------------------------------------------
 def test_sampler_log_probs_and_head_match_a_trainer_recomputation():
     from runners.local.model import build_model

@@ -110,9 +110,19 @@ def test_sc_loss_is_pg_plus_advantage_times_correction(name, actor_config):
         old_log_prob, lp, advantages, mask, "token-mean", actor_config(name), sc_correction=correction
     )
     loss.backward()
-    torch.testing.assert_close(correction.grad, advantages * mask / mask.sum())
-    assert metrics["actor/sc_correction"] == pytest.approx(float(correction[mask.bool()].mean()), rel=1e-5)
     tis = name.endswith("tis")
+    # by hand: l_t = -A (w_a log p(a) - C_t), w_a = min(p(a)/q(a), 2) with TIS else 1; token mean over the mask
+    weight = (log_prob - old_log_prob).exp().clamp(max=2.0) if tis else torch.ones_like(log_prob)
+    if tis:
+        assert (weight < 2).any() and (weight == 2).any()  # the cap binds on some tokens, not on all
+    tokens = mask.sum()
+    expected = (-advantages * (weight * log_prob - correction.detach()) * mask).sum() / tokens
+    torch.testing.assert_close(loss.detach(), expected, atol=1e-6, rtol=1e-6)
+    assert metrics["actor/pg_loss"] == pytest.approx(float(expected), rel=1e-6)
+    # the sampled token's part: d loss / d log p(a) = -A sg(w_a) / N; the correction's: +A / N
+    torch.testing.assert_close(lp.grad, -advantages * weight * mask / tokens, atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(correction.grad, advantages * mask / tokens)
+    assert metrics["actor/sc_correction"] == pytest.approx(float(correction[mask.bool()].mean()), rel=1e-5)
     assert ("actor/tis_clip_fraction" in metrics) == tis
 
 

@@ -20,11 +20,12 @@ from ablations.score_centering import centering_term, head_log_probs
 from runners import validate as validation
 from runners.local.backend import LocalRun
 from runners.local.model import build_model
-from runners.local.replay_buffer import Group, ReplayBuffer
+from runners.local.replay_buffer import Group
 from runners.local.sampler import Sampler
 from runners.local.task import ArithmeticTask, prompt_token_ids
 from runners.local.tokenizer import build_tokenizer
 from runners.local.trainer import response_logits
+from runners.provenance import config_sha256
 
 
 def composed(overrides: list[str]):
@@ -118,33 +119,21 @@ def test_numerics_knobs_move_the_sampler_in_the_expected_direction(kls):
     assert kls["fp8_sync"] == pytest.approx(kls["fp8"]) and kls["noise_large_sync"] == pytest.approx(kls["noise_large"])
 
 
-class _Counter:
-    """Stands in for the sampler in :meth:`LocalRun.next_batch`: groups tagged with the current version."""
-
-    def __init__(self, run: LocalRun, n: int):
-        self.run, self.n, self.version = run, n, 0
-
-    def produce(self, count: int) -> list[Group]:
-        return [Group(problem=None, version=self.version, rollout=None, scores=[0.0] * self.n, accs=[0] * self.n)
-                for _ in range(count)]
-
-
 @pytest.mark.parametrize(("scenario", "staleness"), [("on_policy", 0), ("stale_worst", 4), ("fp8_sync", 0), ("noise_large_sync", 0)])
-def test_staleness_reaches_the_configured_bound(scenario, staleness):
-    """Constant-staleness scenarios; the default's spread over 0..4 is tested in test_staleness.py."""
-    cfg = composed([f"scenario={scenario}"])
-    run = LocalRun.__new__(LocalRun)  # only the scheduling state: no model, no warm start
-    run.cfg, run.buffer, run.credit, run.step = cfg, ReplayBuffer(cfg.rollout.max_staleness), 0.0, 0
-    run.schedule_gen = torch.Generator().manual_seed(3)
-    sampler = _Counter(run, cfg.trainer.n)
-    run.produce = sampler.produce
+def test_staleness_reaches_the_configured_bound(tmp_path, scenario, staleness):
+    """Constant-staleness scenarios, on a real LocalRun whose sampler is a stand-in that tags groups with
+    the current version (parameter_sync_step = 1); the default's spread over 0..4 is tested in test_staleness.py."""
+    cfg = composed([f"scenario={scenario}", f"results_root={tmp_path}", "backend.threads=1"])
+    run = LocalRun(cfg, tmp_path / scenario, config_sha256(scenario))
+    n = cfg.trainer.n
+    run.produce = lambda count: [Group(problem=None, version=run.step, rollout=None, scores=[0.0] * n,
+                                       accs=[0] * n) for _ in range(count)]
     seen = []
     for _ in range(120):
         groups, _ = run.next_batch()
         assert len(groups) == cfg.trainer.prompts_per_step
         seen.append(max(run.step - g.version for g in groups))
         run.step += 1
-        sampler.version = run.step  # parameter_sync_step = 1
     assert max(seen) == staleness and max(seen) <= cfg.rollout.max_staleness
     assert seen[-20:] == [staleness] * 20  # steady state: the sampler stays this far ahead
 

@@ -3,13 +3,17 @@
 * the throughput factor is lognormal with mean 1 and the configured coefficient of variation,
   and exactly 1 (no draw) at jitter 0;
 * the per-step histogram metric counts groups per staleness bucket and refuses impossible values;
-* the default schedule spreads the staleness of trained groups over every bucket 0..4 (pinned:
-  seed 42, 150 steps), `stale8` over 0..8, and `stale_worst` trains every group exactly 4
-  versions old from step 20 on, as the default did before issue 11;
+* ``LocalRun.next_batch`` (a real ``LocalRun``, its sampler replaced by a stand-in that tags groups
+  with the current version) follows the schedule as schedule.py describes it, re-implemented here
+  on a list of versions: the default spreads staleness over every bucket 0..4, ``stale8`` over 0..8,
+  and ``stale_worst``'s schedule is derived by hand (every group exactly 4 versions old from step 19
+  on, as the default was before issue 11); the default's fractions are pinned as golden values;
 * a bad `backend.sampler.speed_jitter` fails validation naming the key.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -18,8 +22,11 @@ from omegaconf import OmegaConf
 
 from runners import validate as validation
 from runners.local.backend import LocalRun
-from runners.local.replay_buffer import Group, ReplayBuffer
+from runners.local.replay_buffer import Group
 from runners.local.schedule import STALENESS_PREFIX, staleness_histogram, throughput_factor
+from runners.provenance import config_sha256
+
+STEPS, SEED = 150, 42
 
 
 def composed(overrides: list[str]):
@@ -46,12 +53,10 @@ def test_histogram_metric_counts_groups_per_bucket():
         staleness_histogram(torch.tensor([]), max_staleness=4)
 
 
-def schedule(scenario: str, steps: int = 150, seed: int = 42) -> list[list[int]]:
-    """Staleness of every trained group, per step, from LocalRun.next_batch with a stand-in sampler."""
-    cfg = composed([f"scenario={scenario}", f"seed={seed}"])
-    run = LocalRun.__new__(LocalRun)  # only the scheduling state: no model, no warm start
-    run.cfg, run.buffer, run.credit, run.step = cfg, ReplayBuffer(cfg.rollout.max_staleness), 0.0, 0
-    run.schedule_gen = torch.Generator().manual_seed(seed + 3)  # as LocalRun.__init__ seeds it
+def schedule(root, scenario: str, steps: int = STEPS, seed: int = SEED) -> list[list[int]]:
+    """Staleness of every trained group, per step, from a real LocalRun's next_batch with a stand-in sampler."""
+    cfg = composed([f"scenario={scenario}", f"seed={seed}", f"results_root={root}", "backend.threads=1"])
+    run = LocalRun(cfg, root / scenario, config_sha256(scenario))
     n = cfg.trainer.n
     run.produce = lambda count: [Group(problem=None, version=run.step, rollout=None, scores=[0.0] * n,
                                        accs=[0] * n) for _ in range(count)]  # the sampler syncs every step
@@ -64,42 +69,97 @@ def schedule(scenario: str, steps: int = 150, seed: int = 42) -> list[list[int]]
     return seen
 
 
+def walk(scenario: str, steps: int = STEPS, seed: int = SEED) -> list[list[int]]:
+    """schedule.py's model, written out on a list of versions: per step the sampler finishes
+    ``speed x X x batch`` groups (X lognormal, mean 1, cv ``speed_jitter``, one float64 draw per step
+    from ``Generator(seed + 3)``; idle time not banked beyond one batch) while the buffer holds fewer
+    than ``run_ahead_batches + 1`` batches; groups older than ``max_staleness`` go; the trainer waits
+    (fresh groups) when less than a batch is left, then takes the oldest batch."""
+    cfg = composed([f"scenario={scenario}"])
+    batch, sampler, bound = cfg.trainer.prompts_per_step, cfg.backend.sampler, cfg.rollout.max_staleness
+    capacity = (sampler.run_ahead_batches + 1) * batch
+    gen = torch.Generator().manual_seed(seed + 3)
+    sigma2 = math.log(1 + sampler.speed_jitter**2)
+    versions, credit, seen = [], 0.0, []
+    for step in range(steps):
+        x = 1.0
+        if sampler.speed_jitter:
+            x = math.exp(math.sqrt(sigma2) * torch.randn((), generator=gen, dtype=torch.float64).item() - sigma2 / 2)
+        credit += sampler.speed * batch * x
+        made = min(int(credit), max(capacity - len(versions), 0))
+        credit = min(credit - made, batch)
+        versions = [v for v in versions + [step] * made if step - v <= bound]
+        versions += [step] * max(batch - len(versions), 0)
+        seen.append([step - v for v in versions[:batch]])
+        versions = versions[batch:]
+    return seen
+
+
+@pytest.fixture(scope="module")
+def schedules(tmp_path_factory) -> dict[str, list[list[int]]]:
+    root = tmp_path_factory.mktemp("schedules")
+    return {scenario: schedule(root, scenario) for scenario in ("default", "stale8", "stale_worst")}
+
+
 def fractions(seen: list[list[int]], buckets: int) -> list[float]:
     flat = [s for step in seen for s in step]
     return [round(flat.count(k) / len(flat), 3) for k in range(buckets)]
 
 
-def test_default_schedule_spreads_staleness_over_every_bucket():
+#: Golden: the fractions of trained groups at staleness 0..4 of the default schedule, seed 42, 150
+#: steps, as ``fractions(walk("default"), 5)`` printed them (commit b57ea45); schedule.py's docstring
+#: quotes them rounded (0.35 / 0.13 / 0.11 / 0.12 / 0.30, mean 1.9). A change means the schedule, or
+#: its draw stream, changed: the staleness of every default study changes with it.
+EXPECTED_DEFAULT = [0.352, 0.126, 0.109, 0.117, 0.296]
+
+
+@pytest.mark.parametrize("scenario", ["default", "stale8", "stale_worst"])
+def test_next_batch_follows_the_model_of_schedule_py(schedules, scenario):
+    assert schedules[scenario] == walk(scenario)
+
+
+def test_default_schedule_spreads_staleness_over_every_bucket(schedules):
     cfg = composed([])
     assert cfg.backend.sampler.speed == 1.05 and cfg.backend.sampler.speed_jitter == 1.5
-    seen = schedule("default")
+    seen = schedules["default"]
     frac = fractions(seen, 5)
+    assert frac == EXPECTED_DEFAULT
     assert sum(frac) == pytest.approx(1.0, abs=2e-3)
-    assert min(frac) >= 0.08, frac  # every staleness 0..4 is common, none dominates
-    assert max(frac) <= 0.4, frac
-    mean = sum(k * f for k, f in enumerate(frac))
-    assert 1.5 <= mean <= 2.7, frac
+    assert min(frac) >= 0.08 and max(frac) <= 0.4, frac  # every staleness 0..4 is common, none dominates
+    assert sum(k * f for k, f in enumerate(frac)) == pytest.approx(1.879, abs=1e-9)  # "mean 1.9"
     # the histogram metric of each step agrees with the groups it was computed from
     step = seen[60]
     metric = staleness_histogram(torch.tensor(step, dtype=torch.float32), 4)
     assert [metric[f"{STALENESS_PREFIX}/frac_{k}"] for k in range(5)] == [step.count(k) / len(step) for k in range(5)]
-    assert frac == EXPECTED_DEFAULT  # seed 42, 150 steps: deterministic, the figure in schedule.py
 
 
-#: fractions of trained groups at staleness 0..4, default schedule, seed 42, 150 steps
-EXPECTED_DEFAULT = [0.352, 0.126, 0.109, 0.117, 0.296]
-
-
-def test_stale8_spreads_up_to_8_and_the_worst_case_is_constant():
+def test_stale8_spreads_up_to_8(schedules):
     cfg = composed(["scenario=stale8"])
     assert cfg.backend.sampler.run_ahead_batches == 8
     assert cfg.rollout.max_staleness == 8  # the scenario overrides conf/config.yaml's rollout block
-    frac8 = fractions(schedule("stale8"), 9)
-    assert max(max(step) for step in schedule("stale8")) == 8
+    frac8 = fractions(schedules["stale8"], 9)
+    assert max(max(step) for step in schedules["stale8"]) == 8
     assert sum(f > 0 for f in frac8) >= 8, frac8
-    worst = schedule("stale_worst")
-    assert all(step == [4] * len(step) for step in worst[20:])  # from step 20 on: every group 4 versions old
-    assert max(max(step) for step in worst[:20]) == 4
+
+
+def test_the_worst_case_schedule_by_hand(schedules):
+    """speed 1.25, no jitter, batch 32, room for 5 batches (160 groups): the sampler makes 40 groups a
+    step while the buffer has room, i.e. steps 0-15 (before step t's push it holds 8t); from step 16 on
+    it tops the full buffer up by exactly 32 (its credit never falls below a batch). Group i (FIFO
+    order) is trained at step i // 32 and was made at step i // 40 (i < 640 = 16 x 40) or
+    16 + (i - 640) // 32: staleness at most 4, so none is evicted, and exactly 4 from step 19 on."""
+    cfg = composed(["scenario=stale_worst"])
+    sampler = cfg.backend.sampler
+    assert (sampler.speed, sampler.speed_jitter, sampler.run_ahead_batches) == (1.25, 0.0, 4)
+    assert (cfg.trainer.prompts_per_step, cfg.rollout.max_staleness) == (32, 4)
+
+    def made(i: int) -> int:
+        return i // 40 if i < 640 else 16 + (i - 640) // 32
+
+    expected = [[t - made(i) for i in range(32 * t, 32 * t + 32)] for t in range(STEPS)]
+    assert schedules["stale_worst"] == expected
+    assert expected[1] == [1] * 8 + [0] * 24 and expected[18] == [4] * 24 + [3] * 8
+    assert all(step == [4] * 32 for step in expected[19:])  # conf/scenario/stale_worst.yaml: "by step 20"
 
 
 @pytest.mark.parametrize("value", ["-0.5", "11", "fast", "true"])

@@ -612,10 +612,9 @@ def test_install_on_supporting_verl_patches_the_real_seam():
 
 # -- beyond one node --------------------------------------------------------------------------------
 def test_slurm_launcher_config_composes(tmp_path):
-    pytest.importorskip(
-        "hydra_plugins.hydra_submitit_launcher",
-        reason="hydra-submitit-launcher not installed (optional extra)",
-    )
+    # hydra-submitit-launcher is in the test extra: a missing install fails here (as in test_slurm_launcher.py)
+    import hydra_plugins.hydra_submitit_launcher  # noqa: F401
+
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
             "config",
@@ -636,9 +635,15 @@ def test_default_threshold_is_verls():
 
 
 def test_loss_agg_mode_is_one_verl_aggregates(tmp_path):
+    """The arms minimise the token mean (ablations/losses.py): verl's agg_loss in the project's mode gives it."""
     from verl.trainer.ppo import core_algos
 
-    core_algos.agg_loss(torch.ones(1, 2), torch.ones(1, 2), project_cfg(tmp_path).trainer.loss_agg_mode)
+    mode = project_cfg(tmp_path).trainer.loss_agg_mode
+    assert mode == "token-mean"
+    loss = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    # token mean (1 + 2 + 3) / 3; the sequence means would give 2.25, the token sum 6
+    assert float(core_algos.agg_loss(loss, mask, mode)) == pytest.approx(2.0)
 
 
 def test_dry_run_calls_the_loss_on_verls_converted_config(tmp_path):

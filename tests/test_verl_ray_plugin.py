@@ -9,8 +9,7 @@ import is loud instead of swallowed).
 from __future__ import annotations
 
 import pytest
-
-ray = pytest.importorskip("ray", reason="ray is installed with verl")
+import ray  # a dependency of verl: a missing or broken Ray fails here, it does not skip
 
 ARMS = ["ablation_pg", "ablation_sc", "ablation_sc_tis", "ablation_tis"]
 
@@ -19,10 +18,7 @@ ARMS = ["ablation_pg", "ablation_sc", "ablation_sc_tis", "ablation_tis"]
 def ray_cpu():
     if ray.is_initialized():
         ray.shutdown()
-    try:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    except Exception as err:  # noqa: BLE001 - any start-up failure: skip with the reason
-        pytest.skip(f"ray cannot start on this machine: {type(err).__name__}: {err}")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)  # fails the tests
     yield
     ray.shutdown()
 

@@ -39,19 +39,49 @@ MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal
 RESULTS: list[Path] = []
 
 
-def _environ(pid: int) -> bytes:
+RAY_WORDS = ("raylet", "gcs_server", "ray::", "verl.trainer.main_ppo")
+
+
+def _environ(pid: int) -> bytes | None:
+    """The process's environment; b"" when it is gone, None when it cannot be read."""
     try:
         return Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:  # gone, or not ours to read
+    except (FileNotFoundError, ProcessLookupError):  # gone since ps listed it
         return b""
+    except OSError:  # not readable
+        return None
+
+
+def is_survivor(args: str, stat: str, uid: int, environ: bytes | None, roots: list[Path], own_uid: int) -> bool:
+    """A live verl driver or Ray process of this module's launches: ours unless shown otherwise. Shown
+    otherwise by a readable environment without any of ``roots``, or by another user (the launches run
+    as ``own_uid``); an unreadable environment is no proof, so such a process counts."""
+    if stat[:1] == "Z" or not any(w in args for w in RAY_WORDS):  # zombies are already dead
+        return False
+    if uid != own_uid:
+        return False
+    return environ is None or any(str(root).encode() in environ for root in roots)
 
 
 def ray_processes() -> list[str]:
-    """Live verl drivers and Ray processes of this module's launches (zombies, already dead, are not counted)."""
-    out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()[1:]
-    rows = (line.split(None, 2) for line in out)
-    return [args for pid, stat, args in rows if stat[:1] != "Z" and any(w in args for w in ("raylet", "gcs_server", "ray::", "verl.trainer.main_ppo"))
-            and any(str(root).encode() in _environ(int(pid)) for root in RESULTS)]
+    """Live verl drivers and Ray processes of this module's launches (:func:`is_survivor`)."""
+    out = subprocess.run(["ps", "-eo", "pid,uid,stat,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    rows = (line.split(None, 3) for line in out)
+    return [args for pid, uid, stat, args in rows
+            if is_survivor(args, stat, int(uid), _environ(int(pid)), RESULTS, os.getuid())]
+
+
+def test_a_process_is_a_survivor_unless_shown_otherwise(tmp_path):
+    ours, elsewhere = tmp_path / "results", tmp_path / "other"
+    env = f"PATH=/bin\0VERL_FILE_LOGGER_PATH={ours}/x/metrics.jsonl\0".encode()
+    raylet = "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --node_ip_address=127.0.0.1"
+    assert is_survivor(raylet, "Sl", 1000, env, [ours], 1000)
+    assert is_survivor("ray::WorkerDict.actor_rollout_init_model", "R", 1000, None, [ours], 1000)  # unreadable
+    assert not is_survivor(raylet, "Sl", 1000, env, [elsewhere], 1000)  # another launch's
+    assert not is_survivor(raylet, "Sl", 1000, b"", [ours], 1000)  # gone
+    assert not is_survivor(raylet, "Z", 1000, None, [ours], 1000)  # a zombie
+    assert not is_survivor(raylet, "Sl", 0, None, [ours], 1000)  # another user's
+    assert not is_survivor("python -m pytest", "S", 1000, env, [ours], 1000)  # not verl or Ray
 
 
 def launch(results: Path, *extra: str) -> subprocess.CompletedProcess:
