@@ -1,0 +1,105 @@
+"""A user's situations end in one line, not a traceback, driven through the launcher (``runners/launch.py``).
+
+* a tracker that cannot start -- W&B in online mode without a login, MLflow without a tracking URI or
+  with a store that cannot be created -- is a config error naming ``backend.logger`` and the fix, on
+  both backends, before anything is written (exit status 2); W&B's offline mode runs;
+* verl's logs that cannot be merged into ``metrics.json`` at the end of an attempt (verl finished, or
+  failed) print ``run failed: ...`` naming the file and the command to run, exit status 4;
+* ``method.top_k`` above the model's vocabulary on the verl backend (a published hub checkpoint, a
+  local folder's ``config.json``, the rehearsal's tiny model) is a config error naming the key, the dry
+  run included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runners import launch
+from runners.local import trackers
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
+REFERENCE = "+experiment=qwen3_4b_sc_repro"
+REHEARSAL = "+experiment=rehearsal"
+
+
+def small(results: Path) -> list[str]:
+    """A seconds-long embedded run (as in tests/test_local_trackers.py)."""
+    return [f"results_root={results}", "trainer.total_steps=2", "trainer.prompts_per_step=4", "trainer.n=2",
+            "backend.micro_batch_size=8", "eval.n=1", "trainer.test_freq=2", "trainer.save_freq=2",
+            "backend.threads=1"]
+
+
+def no_login_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a user who never logged in to W&B: no WANDB_* variables, no netrc, a fresh home."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
+    return {**env, "HOME": str(home), "OMP_NUM_THREADS": "1", **extra}
+
+
+def run_launcher(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+                 timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAUNCH, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=env or {**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def one_line(stderr: str) -> str:
+    """stderr's only line (a config error prints nothing else)."""
+    assert stderr.splitlines() == [stderr.strip()], stderr
+    return stderr.strip()
+
+
+# -- trackers ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", [["backend.logger=[wandb]"], [REHEARSAL, "backend.logger=[console,file,wandb]"]],
+                         ids=["embedded", "verl-rehearsal"])
+def test_wandb_without_a_login_is_refused_before_anything_is_written(tmp_path, backend):
+    results = tmp_path / "results"
+    out = run_launcher([*backend, f"results_root={results}"], cwd=tmp_path, env=no_login_env(tmp_path / "home"))
+    assert out.returncode == 2, out.stderr[-3000:]
+    line = one_line(out.stderr)
+    assert line.startswith("config error: backend.logger contains 'wandb', but it cannot start: W&B is in online "
+                           "mode (WANDB_MODE=<unset>) and has no API key for https://"), line
+    assert line.endswith("(no WANDB_API_KEY, no netrc entry); run `wandb login` or set WANDB_API_KEY, or set "
+                         "WANDB_MODE=offline to log locally and `wandb sync` later; or remove 'wandb' from "
+                         "backend.logger"), line
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not results.exists() and not (tmp_path / "wandb").exists()
+
+
+def test_wandb_offline_mode_runs_and_logs_locally(tmp_path):
+    results = tmp_path / "results"
+    out = run_launcher([*small(results), "backend.logger=[wandb]"], cwd=tmp_path,
+                       env=no_login_env(tmp_path / "home", WANDB_MODE="offline"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
+    record = json.loads((results / "embedded_default" / "pg-seed42" / "metrics.json").read_text())
+    assert [row["step"] for row in record["train"]] == [1, 2]
+
+
+@pytest.mark.parametrize(("uri", "wanted"), [
+    (None, "MLFLOW_TRACKING_URI is not set (verl would use sqlite:////tmp/mlruns.db, shared by every run and lost "
+           "with /tmp); set MLFLOW_TRACKING_URI=sqlite:///<folder>/mlruns.db (a local store) or "
+           "http://<host>:<port> (a server)"),
+    ("sqlite:///{tmp}/a_file/mlruns.db", "MLFLOW_TRACKING_URI=sqlite:///{tmp}/a_file/mlruns.db: {tmp}/a_file is not "
+                                         "a writable folder; set MLFLOW_TRACKING_URI=sqlite:///<folder>/mlruns.db"),
+], ids=["no-uri", "store-under-a-file"])
+def test_mlflow_without_a_store_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys, uri, wanted):
+    monkeypatch.setattr(trackers, "_installed", lambda package: True)  # mlflow and SQLAlchemy, as if installed
+    (tmp_path / "a_file").write_text("")
+    if uri is None:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.format(tmp=tmp_path))
+    results = tmp_path / "results"
+    assert launch.cli(["backend.logger=[mlflow]", f"results_root={results}"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("config error: backend.logger contains 'mlflow', but it cannot start: "
+                           + wanted.format(tmp=tmp_path)), line
+    assert line.endswith("; or remove 'mlflow' from backend.logger")
+    assert not results.exists()
