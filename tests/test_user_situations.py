@@ -103,3 +103,51 @@ def test_mlflow_without_a_store_is_refused_before_anything_is_written(tmp_path, 
                            + wanted.format(tmp=tmp_path)), line
     assert line.endswith("; or remove 'mlflow' from backend.logger")
     assert not results.exists()
+
+
+# -- the end of a verl attempt ---------------------------------------------------------------------
+FAKE_VERL = """\
+#!{python}
+import json, os, sys
+with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
+    f.write(json.dumps({{"step": 1, "data": {{"critic/score/mean": 0.5}}}}) + "\\n")
+    f.write("not a line of verl's file logger\\n")
+    f.write(json.dumps({{"step": 2, "data": {{"critic/score/mean": 0.5}}}}) + "\\n")
+print("step:2 - critic/score/mean:0.500", flush=True)
+sys.exit({status})
+"""
+
+
+def write_reference_data(data: Path) -> None:
+    """Parquet files where the reference experiment's data preparation writes them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for file, source in [("dapo_math_17k/train.parquet", "math_dapo"), ("aime2024/test.parquet", "aime2024"),
+                         ("aime2025/test.parquet", "aime2025")]:
+        (data / file).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([{"data_source": source, "prompt": "x"}]), data / file)
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_logs_that_cannot_be_merged_end_the_attempt_in_one_line(tmp_path, status):
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_VERL.format(python=sys.executable, status=status))
+    fake.chmod(0o755)
+    write_reference_data(tmp_path / "data")
+    results = tmp_path / "results"
+    out = run_launcher([REFERENCE, "method=tis", f"backend.python={fake}", "trainer.total_steps=2",
+                        f"data.dir={tmp_path / 'data'}", f"results_root={results}"], cwd=tmp_path)
+    assert out.returncode == launch.RUN_FAILED == 4, out.stderr[-3000:]
+    run = results / "qwen3_4b_sc_repro" / "tis-seed42"
+    attempt = run / "verl" / "attempt-001"
+    merge = (f"verl's logs cannot be merged into {run}/metrics.json: {attempt}/metrics.jsonl:2: not a file-logger "
+             "line (Expecting value: line 1 column 1 (char 0)) (the record is left as it was, verl's files are "
+             f"kept); fix that, then merge again: python -m runners.verl_backend.ingest {run}")
+    failed = (f"verl exited with status 3 in attempt 1 of tis-seed42 (last step seen: 2); see {attempt}/verl.log. "
+              "Running the same command again resumes from the newest checkpoint. Also, ")
+    assert out.stderr.splitlines()[-1] == f"run failed: {failed if status else ''}{merge}"  # above: the progress bar
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not (run / "metrics.json").exists()  # nothing merged, nothing half-written
+    assert (attempt / "metrics.jsonl").is_file() and (attempt / "verl.log").is_file()
+    launch.run_lock.check_free(run)  # the lock went with the launcher
