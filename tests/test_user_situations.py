@@ -151,3 +151,56 @@ def test_logs_that_cannot_be_merged_end_the_attempt_in_one_line(tmp_path, status
     assert not (run / "metrics.json").exists()  # nothing merged, nothing half-written
     assert (attempt / "metrics.jsonl").is_file() and (attempt / "verl.log").is_file()
     launch.run_lock.check_free(run)  # the lock went with the launcher
+
+
+# -- method.top_k against the model's vocabulary (verl backend) -----------------------------------
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(("args", "wanted"), [
+    ([REFERENCE, "method=sc", "method.top_k=200000", "backend.dry_run=true"],
+     "method.top_k=200000 is larger than the vocabulary of model.path=Qwen/Qwen3-4B (151936 tokens, the published "
+     "config.json of Qwen/Qwen3-4B): the sampler's head cannot hold more ids than there are; allowed: "
+     "1 <= method.top_k <= 151936"),
+    ([REFERENCE, "method=pg", "method.top_k=101", "backend.dry_run=true", "model.path={tmp}/model"],
+     "method.top_k=101 is larger than the vocabulary of model.path={tmp}/model (100 tokens, {tmp}/model/config.json): "
+     "the sampler's head cannot hold more ids than there are; allowed: 1 <= method.top_k <= 100"),
+    ([REHEARSAL, "method=sc", "method.top_k=39"],
+     "method.top_k=39 is larger than the vocabulary of model.path={tmp}/results/.cache/rehearsal/tiny_qwen3 (38 "
+     "tokens, the rehearsal's tiny Qwen3, runners/local/tokenizer.py): the sampler's head cannot hold more ids than "
+     "there are; allowed: 1 <= method.top_k <= 38"),
+    ([REFERENCE, "method=sc", "method.top_k=51", "backend.dry_run=true", "model.path=example-org/cached"],
+     "method.top_k=51 is larger than the vocabulary of model.path=example-org/cached (50 tokens, {tmp}/hub/"
+     "models--example-org--cached/snapshots/{commit}/config.json): the sampler's head cannot hold more ids than "
+     "there are; allowed: 1 <= method.top_k <= 50"),
+], ids=["hub-id-dry-run", "local-folder", "rehearsal", "hf-cache"])
+def test_top_k_above_the_vocabulary_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys, args, wanted):
+    """The vocabulary of a local folder, the rehearsal's tiny model, a hub id in the local Hugging Face
+    cache, or Qwen/Qwen3-4B's published one (on a machine that has not downloaded it)."""
+    import huggingface_hub.constants
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"vocab_size": 100}))
+    cached = tmp_path / "hub" / "models--example-org--cached"
+    (cached / "refs").mkdir(parents=True)
+    (cached / "refs" / "main").write_text(COMMIT)
+    (cached / "snapshots" / COMMIT).mkdir(parents=True)
+    (cached / "snapshots" / COMMIT / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 50}}))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    results = tmp_path / "results"
+    argv = [a.format(tmp=tmp_path) for a in args]
+    assert launch.cli([*argv, f"data.dir={tmp_path / 'data'}", f"results_root={results}"]) == 2
+    assert one_line(capsys.readouterr().err) == "config error: " + wanted.format(tmp=tmp_path, commit=COMMIT)
+    assert not results.exists()
+
+
+def test_top_k_at_the_vocabulary_passes_and_an_unknown_one_is_named(tmp_path, caplog):
+    results = tmp_path / "results"
+    common = [REFERENCE, "method=sc", "backend.dry_run=true", f"data.dir={tmp_path / 'data'}", f"results_root={results}"]
+    assert launch.prevalidate([*common, "method.top_k=151936"]) == [results / "qwen3_4b_sc_repro" / "sc-seed42"]
+    with caplog.at_level("WARNING", logger="runners.verl_backend.vocabulary"):
+        launch.prevalidate([*common, "method.top_k=500000", "model.path=example-org/not-downloaded"])
+    assert caplog.messages == ["method.top_k=500000 is not checked against the vocabulary of "
+                               "model.path=example-org/not-downloaded: not a local folder, not in the Hugging Face "
+                               "cache, not in runners/verl_backend/vocabulary.py's published sizes"]
+    assert not results.exists()
