@@ -7,7 +7,8 @@ beside ``metrics.json``, which stays the record. The default, ``[]``, opens no t
 file. Where the trackers write is verl's: TensorBoard into ``TENSORBOARD_DIR`` when that is set, else
 into ``<run folder>/tensorboard/`` (verl's own default, ``tensorboard_log/<project>/<run>`` under the
 working directory, would mix runs of different sweeps); W&B and MLflow as their own environment
-says (``WANDB_MODE=offline``; ``MLFLOW_TRACKING_URI``, verl's default ``sqlite:////tmp/mlruns.db``).
+says (W&B: its login, or ``WANDB_MODE=offline`` into ``./wandb/``; MLflow: ``MLFLOW_TRACKING_URI``, which
+must be set).
 The project name is ``backend.project_name``, the experiment name the run name, as on verl.
 
 :func:`check_loggers` (validation, before anything is written; both backends: ``runners.validate``)
