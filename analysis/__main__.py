@@ -40,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed of resampling and permutations (default {SEED})")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--strict", action="store_true",
-                        help="fail on run folders without a valid metrics.json instead of skipping them")
+                        help="fail on run folders whose record (metrics.json, config.yaml) fails the contract "
+                             "instead of skipping them")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help=f"a line per stage on stderr (default: with {PROGRESS_MIN_RUNS} run folders or more)")
     args = parser.parse_args(argv)
@@ -63,8 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
         return 2
     if report.sweep.skipped:
-        print(f"warning: skipped {len(report.sweep.skipped)} run folder(s) without a valid metrics.json "
-              "(--strict makes this an error):", file=sys.stderr)
+        print(f"warning: skipped {len(report.sweep.skipped)} run folder(s) whose record (metrics.json, "
+              "config.yaml) fails the contract (--strict makes this an error):", file=sys.stderr)
         for path, reasons in report.sweep.skipped.items():
             print(f"  {path}:", file=sys.stderr)
             for reason in reasons:

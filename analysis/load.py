@@ -1,9 +1,10 @@
 """Load a sweep directory (run directories of run_contract.md) into pandas frames.
 
 Every run directory is parsed and checked by :func:`analysis.contract.read_run`. A run folder
-without a valid ``metrics.json`` (missing, unreadable, or violating the contract: e.g. a run
-killed before its first step) is skipped and listed in :attr:`Sweep.skipped` with every reason,
-unless ``strict=True``, which raises instead. Any other violation in a loaded run (its jsonl
+whose record fails the contract -- ``metrics.json`` missing, unreadable or off-contract (e.g. a run
+killed before its first step), or ``config.yaml`` missing or edited after the run wrote it -- is
+skipped and listed in :attr:`Sweep.skipped` with every reason, unless ``strict=True``, which raises
+instead. Any other violation in a loaded run (its jsonl
 files), runs that disagree on the evaluation protocol (samples per problem, evaluation sets,
 problem ids) or a sweep with nothing to analyse raise :class:`SweepError` listing every problem
 with the file it comes from. Besides skipped runs, the only things left out are hidden folders,
@@ -190,17 +191,22 @@ def _protocol_errors(datas: list[RunData]) -> list[str]:
     return errors
 
 
-def _metrics_invalid(run_dir: Path, violations: list[str]) -> list[str]:
-    """The violations that make ``run_dir``'s metrics.json invalid (missing, unreadable, off-contract)."""
-    prefix = f"{run_dir / METRICS_FILE}:"
-    return [v for v in violations if v.startswith(prefix)]
+#: The files of a run's record: a violation in one of them makes the run invalid (skipped, or --strict fails).
+RECORD_FILES = (METRICS_FILE, CONFIG_FILE)
+
+
+def _record_invalid(run_dir: Path, violations: list[str]) -> list[str]:
+    """The violations that make ``run_dir``'s record invalid: its ``metrics.json`` (missing, unreadable,
+    off-contract) or its ``config.yaml`` (missing, edited after the run wrote it)."""
+    prefixes = tuple(f"{run_dir / name}:" for name in RECORD_FILES)
+    return [v for v in violations if v.startswith(prefixes)]
 
 
 def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     """Load and validate every run of ``sweep_dir``; raise :class:`SweepError` on any problem.
 
-    With ``strict=False`` (the default) run folders without a valid ``metrics.json`` are skipped
-    and listed in :attr:`Sweep.skipped`; with ``strict=True`` they raise like any violation.
+    With ``strict=False`` (the default) run folders whose record is invalid (:func:`_record_invalid`) are
+    skipped and listed in :attr:`Sweep.skipped`; with ``strict=True`` they raise like any violation.
     """
     root = Path(sweep_dir)
     if not root.is_dir():
@@ -215,7 +221,7 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     skipped: dict[Path, list[str]] = {}
     for rd in run_dirs:
         data, violations = read_run(rd)
-        if not strict and _metrics_invalid(rd, violations):
+        if not strict and _record_invalid(rd, violations):
             skipped[rd] = violations
             continue
         datas.append(data)
@@ -223,7 +229,7 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     if problems:
         raise SweepError([f"{len(problems)} contract violations; fix or remove these runs:", *problems])
     if not datas:
-        raise SweepError([f"{root}: no run folder has a valid {METRICS_FILE}; skipped:",
+        raise SweepError([f"{root}: no run folder has a valid record ({METRICS_FILE}, {CONFIG_FILE}); skipped:",
                           *[f"{p}: {v}" for p, vs in skipped.items() for v in vs]])
     names: dict[str, Path] = {}
     for d in datas:

@@ -225,7 +225,8 @@ def _runs_section(sweep: Sweep) -> list[str]:
         notes.append("Ignored folders (no metrics.json, config.yaml or val/): "
                      + ", ".join(p.name for p in sweep.ignored) + ".")
     if sweep.skipped:
-        notes.append("**Skipped run folders** (no valid metrics.json; `--strict` makes this an error): "
+        notes.append("**Skipped run folders** (their record, metrics.json or config.yaml, fails the contract; "
+                     "`--strict` makes this an error): "
                      + "; ".join(f"{p.name} ({'; '.join(v.removeprefix(str(p) + '/') for v in vs)})"
                                  for p, vs in sweep.skipped.items()) + ".")
     return out + [n + "\n" for n in notes]

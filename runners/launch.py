@@ -6,6 +6,10 @@ a config that cannot work fails at once with a message naming the key, and nothi
 ``results_root`` or a run folder holding another run print ``config error: ...`` (no traceback)
 and exit with status 2.
 
+A run that starts and then stops for a user's reason (verl fails; its logs cannot be merged into
+``metrics.json``: :class:`runners.run_error.RunError`) prints ``run failed: ...`` on one line naming the
+file and what to run next (no traceback) and exits with status 4.
+
 A run folder locked by another launch (``runners.run_lock``) is reported first, right after
 composition: ``run folder busy: ...`` naming the holder, exit status 3. After validation the run
 folders are locked before anything is written, Hydra's own files included: when every job runs
@@ -34,6 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runners import run_folder, run_lock
 from runners.provenance import config_sha256
+from runners.run_error import RunError
 from runners.validate import (
     CONF_DIR,
     ConfigError,
@@ -45,6 +50,8 @@ from runners.validate import (
 )
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+#: Exit status of a run that started and failed (:class:`runners.run_error.RunError`).
+RUN_FAILED = 4
 
 log = logging.getLogger("runners.launch")
 
@@ -117,7 +124,18 @@ def main(cfg: DictConfig) -> None:
         run_folder.prepare(run_dir, kind, config_yaml)
         run_folder.write_config(run_dir, config_yaml)
         log.info("run %s (%s backend) in %s", cfg.run_name, cfg.backend.name, run_dir)
-        backend_module(cfg).run(cfg, run_dir, config_sha256(config_yaml))
+        run_backend(cfg, run_dir, config_sha256(config_yaml))
+
+
+def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
+    """The backend's run; a :class:`~runners.run_error.RunError` is printed as one line, ``run failed: ...``
+    (stderr), and ends the process with status :data:`RUN_FAILED`, past Hydra's traceback printer (the
+    run folder's lock is released on the way out; a sweep stops there, as on any failure)."""
+    try:
+        backend_module(cfg).run(cfg, run_dir, sha)
+    except RunError as err:
+        print(f"run failed: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(RUN_FAILED) from None
 
 
 def _short(err: BaseException) -> str:
@@ -129,7 +147,8 @@ def cli(argv: list[str]) -> int:
     """Validate every job, lock their run folders, then run Hydra's ``main``; returns the exit status.
 
     2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process
-    (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``).
+    (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``); 4 (:data:`RUN_FAILED`,
+    from :func:`run_backend`): a run that started and failed (``run failed: ...``).
     Help and ``--cfg``-style queries go straight to Hydra.
     """
     if any(a in ("-h", "--help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv):

@@ -8,7 +8,8 @@ Each error names the key and the allowed values. In order (:func:`validate`):
    what its registered loss declares (``@arm`` in ``ablations/losses.py``);
 3. cross-field rules (:func:`check_rules`): score centering needs the full distribution, a non-default
    ``scenario`` only for the local backend, the local sampler's limits, micro-batches that divide the batch;
-4. the run folder (writable, not holding another run) and the backend's checks that need its own
+4. the trackers of ``backend.logger`` (:func:`check_trackers`: both backends log through verl's ``Tracking``);
+5. the run folder (writable, not holding another run) and the backend's checks that need its own
    computation (the local task's prompt lengths; verl's composed config).
 """
 
@@ -24,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners import schema
 from runners.config_error import ConfigError
+from runners.local.trackers import check_loggers
 from runners.run_folder import plan
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -125,6 +127,12 @@ def check_rules(cfg: DictConfig) -> None:
                           f"trainer.n = {responses}")
 
 
+def check_trackers(cfg: DictConfig) -> None:
+    """Every tracker of ``backend.logger`` is one of verl's, installed, and can start here (offline checks:
+    :func:`runners.local.trackers.check_loggers`), before anything is written."""
+    check_loggers(list(cfg.backend.logger))
+
+
 def _leaf_keys(node: object, prefix: str = "") -> list[str]:
     """Every key path of a container (``trainer``, ``trainer.lr``, ``data.eval_sets.0.size``, ...)."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
@@ -221,6 +229,7 @@ def validate(cfg: DictConfig, config_yaml: str) -> str:
     check_schema(cfg)
     check_arm(cfg)
     check_rules(cfg)
+    check_trackers(cfg)
     check_results_root(run_dir_of(cfg))
     backend_module(cfg).validate(cfg)
     return check_existing_config(run_dir_of(cfg), config_yaml)

@@ -90,7 +90,7 @@ def test_every_run_skipped_is_an_error(tmp_path):
     root = _sweep(tmp_path / "s")
     for run in ("pg-seed1", "sc-seed1"):
         (root / run / "metrics.json").unlink()
-    with pytest.raises(SweepError, match="no run folder has a valid metrics.json"):
+    with pytest.raises(SweepError, match=r"no run folder has a valid record \(metrics.json, config.yaml\)"):
         load_sweep(root)
 
 
@@ -143,6 +143,28 @@ def test_contract_violation_blocks_the_table(tmp_path):
     with pytest.raises(SweepError, match=r"pg-seed1/metrics.json: train: missing steps \[5\]"):
         load_sweep(root, strict=True)
     assert any("train: missing steps [5]" in v for v in load_sweep(root).skipped[root / "pg-seed1"])
+
+
+@pytest.mark.parametrize("damage", ["edited", "missing"])
+def test_run_with_an_edited_or_missing_config_is_skipped_and_strict_fails(tmp_path, damage):
+    """A tampered record (config.yaml edited after the run, or gone) leaves the run out, listed with the
+    reason, and the other runs are analysed; ``strict`` refuses the sweep naming the file."""
+    root = _sweep(tmp_path / "s")
+    config = root / "sc-seed1" / "config.yaml"
+    if damage == "edited":
+        config.write_text(config.read_text() + "trainer: {lr: 0.1}\n")
+        reason = f"{config}: config.yaml edited after the run wrote it: its sha256 is "
+    else:
+        config.unlink()
+        reason = f"{config}: missing (every run keeps its resolved config)"
+    sweep = load_sweep(root)
+    assert list(sweep.runs.index) == ["pg-seed1"]
+    assert list(sweep.skipped) == [root / "sc-seed1"]
+    assert [v for v in sweep.skipped[root / "sc-seed1"] if v.startswith(reason)] != []
+    with pytest.raises(SweepError) as err:
+        load_sweep(root, strict=True)
+    assert err.value.problems[0] == "1 contract violations; fix or remove these runs:"
+    assert err.value.problems[1].startswith(reason)
 
 
 def test_no_evaluation_yet(tmp_path):

@@ -119,13 +119,28 @@ def test_cli_partial_sweep_skips_and_strict_fails(tmp_path, capsys):
     (root / "tis-seed1" / "config.yaml").write_text("method: tis\n")
     assert main([str(root), "--no-figures", "--n-boot", "200"]) == 0
     err = capsys.readouterr().err
-    assert "skipped 1 run folder(s) without a valid metrics.json" in err
+    assert "skipped 1 run folder(s) whose record (metrics.json, config.yaml) fails the contract" in err
     assert "tis-seed1/metrics.json: missing" in err
     md = (root / "report" / "comparison.md").read_text()
     assert "Skipped run folders" in md and "tis-seed1 (metrics.json: missing)" in md
     assert set(pd.read_csv(root / "report" / "comparison.csv")["method"]) == {"pg", "sc"}
     assert main([str(root), "--strict", "--no-figures"]) == 2
     assert "tis-seed1/metrics.json: missing" in capsys.readouterr().err
+
+
+def test_cli_skips_a_run_with_an_edited_config_and_strict_fails(tmp_path, capsys):
+    root = build_sweep(tmp_path / "s", methods=("pg", "sc"), total_steps=10, eval_every=10, sets={"a": 3}, k=2)
+    config = root / "sc-seed1" / "config.yaml"
+    config.write_text(config.read_text() + "trainer: {lr: 0.1}\n")
+    assert main([str(root), "--no-figures", "--n-boot", "200"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 run folder(s) whose record (metrics.json, config.yaml) fails the contract" in err
+    assert f"{config}: config.yaml edited after the run wrote it" in err
+    md = (root / "report" / "comparison.md").read_text()
+    assert "Skipped run folders" in md and "sc-seed1 (config.yaml: config.yaml edited after the run wrote it" in md
+    assert set(pd.read_csv(root / "report" / "comparison.csv")["method"]) == {"pg"}
+    assert main([str(root), "--strict", "--no-figures"]) == 2
+    assert f"{config}: config.yaml edited after the run wrote it" in capsys.readouterr().err
 
 
 def test_cli_errors_name_the_file(tmp_path):

@@ -305,3 +305,23 @@ def test_the_record_says_what_verls_seed_fixes(tmp_path):
     assert PAIRING_STREAM in fixes["streams"] and fixes["reproducible"] is False
     assert {"sampler", "evaluation"} <= set(fixes["not_fixed"]) and "sampler" not in fixes["streams"]
     assert seed_pairing(fixes, fixes) is None
+
+
+def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
+    """run.seed_fixes of a rehearsal (backend.platform=cpu) names what samples there: the CPU rollout's
+    per-replica torch.Generator, not vLLM; the streams (and so seed pairing) are those of a GPU run."""
+    from runners.run_contract import seed_pairing
+    from runners.verl_backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES
+
+    run = make_run(tmp_path)
+    cfg = OmegaConf.merge(OmegaConf.load(run / "config.yaml"), {"backend": {"platform": "cpu"}})
+    fixes = json.loads(ingest_run(run, cfg).read_text())["run"]["seed_fixes"]
+    assert fixes == REHEARSAL_SEED_FIXES and check_contract(run) == []
+    assert fixes["streams"] == SEED_FIXES["streams"] and seed_pairing(fixes, fixes) is None
+    texts = [*fixes["how"].values(), *fixes["not_fixed"].values()]
+    assert not [t for t in texts if "vLLM" in t and "standing in for vLLM" not in t]
+    assert fixes["how"]["rollout_engine"] == ("actor_rollout_ref.rollout.seed: the torch.Generator of each CPU "
+                                             "rollout replica (runners/verl_cpu/rollout.py), seeded with seed + "
+                                             "replica rank")
+    assert fixes["not_fixed"]["sampler"].startswith("the CPU rollout (an HF model on the CPU standing in for vLLM)")
+    assert fixes["reproducible"] is False

@@ -36,7 +36,7 @@ from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
 from runners.local.task import prompt_token_ids
 from runners.local.tasks import build_task
-from runners.local.trackers import RunTracker, check_loggers
+from runners.local.trackers import RunTracker
 from runners.local.trainer import PolicyTrainer, make_batch
 from runners.provenance import versions
 from runners.run_contract import seed_fixes_record
@@ -66,7 +66,6 @@ def validate(cfg: DictConfig) -> None:
     and the cross-field rules first); each error names the key and the allowed values."""
     r = cfg.rollout
     check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
-    check_loggers(list(cfg.backend.logger))  # verl's tracker names, their packages installed
     if cfg.backend.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
     task = build_task(cfg.data)  # validates the data group

@@ -20,6 +20,7 @@ from omegaconf.errors import MissingMandatoryValue
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import rehearsal
 from runners.verl_backend import revisions as rev
+from runners.verl_backend.vocabulary import check_top_k
 
 _MISSING = object()
 
@@ -88,6 +89,7 @@ def validate(cfg: DictConfig) -> None:
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
     _check_launch(cfg)
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
+    check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_backend/vocabulary.py)
     if rehearsal.is_rehearsal(cfg):
         rehearsal.check(cfg)
     if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:

@@ -106,6 +106,33 @@ SEED_FIXES = rc.seed_fixes_record(
 )
 
 
+#: ``run.seed_fixes`` of a rehearsal (``backend.platform=cpu``): the same verl keys, but the rollout that
+#: samples is the CPU stand-in for vLLM (:mod:`runners.verl_cpu.rollout`), one ``torch.Generator`` per
+#: replica seeded ``actor_rollout_ref.rollout.seed`` + replica rank; requests share it token by token.
+REHEARSAL_SEED_FIXES = rc.seed_fixes_record(
+    {**{k: v for k, v in SEED_FIXES["how"].items() if k != "rollout_engine"},
+     "rollout_engine": "actor_rollout_ref.rollout.seed: the torch.Generator of each CPU rollout replica "
+                       "(runners/verl_cpu/rollout.py), seeded with seed + replica rank"},
+    {"sampler": "the CPU rollout (an HF model on the CPU standing in for vLLM) draws every token from its "
+                "replica's one generator, and the requests in flight take turns token by token and are cut "
+                "at weight syncs, both as the processes' timing goes: which draw lands in which response is "
+                "not reproducible",
+     "evaluation": "validation samples through the same CPU rollout replicas and generators: not reproducible "
+                   "either",
+     "schedule": SEED_FIXES["not_fixed"]["schedule"],
+     "eval_problems": SEED_FIXES["not_fixed"]["eval_problems"]},
+    reproducible=False,
+)
+
+
+def seed_fixes_of(cfg: Any) -> dict[str, Any]:
+    """What the seed fixes in this run: :data:`REHEARSAL_SEED_FIXES` on the CPU rehearsal
+    (``backend.platform=cpu``), else :data:`SEED_FIXES` (vLLM on GPUs)."""
+    from runners import verl_cpu
+
+    return REHEARSAL_SEED_FIXES if _get(cfg, "backend.platform") == verl_cpu.PLATFORM else SEED_FIXES
+
+
 class IngestError(RuntimeError):
     """verl's outputs cannot be turned into a valid run record; the message says where and why."""
 
@@ -494,7 +521,7 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
 
     record = RunRecord.open(run_dir, name=spec.name, method=spec.method, seed=spec.seed, backend="verl",
                             total_steps=spec.total_steps, config_sha256=sha, versions=versions(),
-                            seed_fixes=SEED_FIXES)
+                            seed_fixes=seed_fixes_of(cfg))
     record.truncate_after(0)
     for row in rows:
         record.add_train(row)

@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 
 from runners import run_lock
 from runners.child_process import GroupReaper, OutputFollower, stop_group
+from runners.run_error import RunError
 from runners.verl_backend import layout, resume_point
 from runners.verl_backend import overrides as ovr
 
@@ -81,23 +82,40 @@ def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> La
                       env=ovr.process_env(cfg, paths), cwd=Path.cwd().resolve(), paths=paths)
 
 
+def ingest_failure(run_dir: Path, err: Exception) -> str:
+    """One line for a final ingestion that failed: the record, the file and the reason (the error's own
+    message), and the command that merges again once that is fixed."""
+    reason = " ".join(str(err).splitlines())
+    return (f"verl's logs cannot be merged into {Path(run_dir) / 'metrics.json'}: {reason} (the record is left "
+            f"as it was, verl's files are kept); fix that, then merge again: "
+            f"python -m runners.verl_backend.ingest {shlex.quote(str(run_dir))}")
+
+
 def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None = None) -> None:
     """:func:`runners.verl_backend.ingest.ingest_run` (``status`` as there); while verl runs
-    (``final=False``) a failure is logged and retried at the next interval, the final call raises."""
+    (``final=False``) a failure is logged and retried at the next interval. The final call raises an
+    ``IngestError`` (outputs that cannot make a valid record) as :class:`~runners.run_error.RunError`
+    (:func:`ingest_failure`) and anything else as it is."""
     from runners.verl_backend.ingest import ingest_run
 
     try:
         ingest_run(run_dir, cfg, status=status)
-    except Exception:
-        if final:
-            raise
-        log.exception("ingestion failed while verl runs; retrying at the next interval")
+    except Exception as err:
+        if not final:
+            log.exception("ingestion failed while verl runs; retrying at the next interval")
+            return
+        from runners.verl_backend.ingest import IngestError
+
+        if isinstance(err, IngestError):
+            raise RunError(ingest_failure(run_dir, err)) from err
+        raise
 
 
 def launch(cfg: DictConfig, run_dir: Path) -> None:
-    """Run one attempt of this arm under verl, holding the run folder's lock; raise ``RuntimeError``
-    if verl fails, :class:`runners.run_lock.RunFolderBusy` (before anything is written) if another
-    process holds the folder."""
+    """Run one attempt of this arm under verl, holding the run folder's lock; raise
+    :class:`~runners.run_error.RunError` (one line) if verl fails or its logs cannot be merged into the
+    record, :class:`runners.run_lock.RunFolderBusy` (before anything is written) if another process
+    holds the folder."""
     with run_lock.hold(run_dir) as lock:
         _attempt(cfg, run_dir, lock.fileno())
 
@@ -142,11 +160,14 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     if proc.returncode == 0:
         _ingest(run_dir, cfg, final=True)
         return
-    failure = RuntimeError(f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
-                           f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
-                           "again resumes from the newest checkpoint.")
+    failure = (f"verl exited with status {proc.returncode} in attempt {paths.attempt} of {cfg.run_name} "
+               f"(last step seen: {follower.last_step}); see {paths.log_file}. Running the same command "
+               "again resumes from the newest checkpoint.")
     try:
         _ingest(run_dir, cfg, final=True, status="failed")
+    except RunError as err:
+        raise RunError(f"{failure} Also, {err}") from err
     except Exception as err:
-        raise failure from err
-    raise failure
+        log.exception("the failed attempt's logs could not be merged into %s", run_dir / "metrics.json")
+        raise RunError(failure) from err
+    raise RunError(failure)

@@ -102,6 +102,8 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
              "(runners.verl_cpu.weight_sync): a file per sync instead of NCCL",
              {"actor_rollout_ref.rollout.checkpoint_engine.backend": verl_cpu.WEIGHT_SYNC_BACKEND},
              {verl_cpu.STATE_DIR_ENV: str(state_dir)}),
+        # include_dashboard=False still leaves Ray's API server (dashboard.py, UsageStatsHead only, no HTTP
+        # frontend): Ray 2.60 has no switch for it (docs/verl_reference.md, "Ray's processes in a rehearsal").
         Swap("logical GPUs", "Ray places verl's resource pools on logical GPUs and CPUs of a local cluster",
              {"ray_kwargs.ray_init.num_gpus": logical_gpus(cfg), "ray_kwargs.ray_init.num_cpus": 16,
               "ray_kwargs.ray_init.include_dashboard": False}),
