@@ -29,9 +29,7 @@ sys.path.insert(0, str(REPO))
 
 
 def default_arms() -> str:
-    from runners.verl_backend import revisions
-
-    return "pg,tis,sc,sc_tis" if revisions.supported() else "pg,tis"
+    return "pg,tis,sc,sc_tis"
 
 
 def ray_start_seconds() -> float:
@@ -42,17 +40,52 @@ def ray_start_seconds() -> float:
 
 
 def arm_phases(run: Path) -> dict[str, float]:
+    import statistics
+
     from runners import verl_cpu
+    from runners.verl_backend.launch import INGESTED
 
     record = json.loads((run / "metrics.json").read_text())
     attempt = record["run"]["attempts"][-1]
     started = dt.datetime.fromisoformat(attempt["started"]).timestamp()
-    ended = dt.datetime.fromisoformat(attempt["ended"]).timestamp()
     n = len(record["run"]["attempts"])
     syncs = [json.loads(x) for x in (run / "verl" / f"attempt-{n:03d}" / "cpu" / verl_cpu.SYNC_LOG).read_text().splitlines()]
-    first, last = syncs[0]["time"], syncs[-1]["time"]
-    return {"wall": ended - started, "start-up": first - started, "training": last - first, "end": ended - last,
-            "steps": len(record["train"])}
+    rows = record["train"]
+    step_s = [r["timing_s/step"] for r in rows]
+    testing = [r.get("timing_s/testing", 0.0) for r in rows]
+    first_step_started = syncs[1]["time"] - step_s[0]  # sync i follows step i
+    ingest = [float(line.rsplit(INGESTED, 1)[1].split()[0]) for line in (run / "run.log").read_text().splitlines()
+              if INGESTED in line]
+    ended = dt.datetime.fromisoformat(attempt["ended"]).timestamp()
+    out = {"wall": ended - started, "start-up": syncs[0]["time"] - started,
+           "validation": (first_step_started - syncs[0]["time"]) + sum(testing),
+           "steps": sum(step_s) - sum(testing), "median step": statistics.median(s - t for s, t in zip(step_s, testing, strict=True)),
+           "ingestion": ingest[-1] if ingest else float("nan"), "n_steps": len(rows)}
+    out["end"] = ended - syncs[-1]["time"] - out["ingestion"]
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(run / "config.yaml")
+    responses = int(cfg.trainer.prompts_per_step) * int(cfg.trainer.n)
+    out["tokens per step"] = statistics.mean(r["response_length/mean"] for r in rows) * responses
+    return out
+
+
+def token_output_bytes(tokens: int, k: int) -> tuple[int, int]:
+    """Pickled bytes of a rollout server's ``TokenOutput`` of ``tokens`` tokens without and with a top-``k``
+    head (the project's layout): what Ray serialises from the server to the agent-loop worker."""
+    import pickle
+
+    import numpy as np
+    from verl.workers.rollout.replica import TokenOutput
+
+    from runners.verl_head import TOKEN_IDS, TOKEN_LOG_PROBS
+
+    plain = TokenOutput(token_ids=list(range(tokens)), log_probs=[-0.5] * tokens, stop_reason="completed",
+                        extra_fields={"global_steps": 1})
+    head = plain.model_copy(deep=True)
+    head.extra_fields[TOKEN_IDS] = np.zeros((tokens, k), np.int32)
+    head.extra_fields[TOKEN_LOG_PROBS] = np.zeros((tokens, k), np.float32)
+    return len(pickle.dumps(plain)), len(pickle.dumps(head))
 
 
 def main() -> int:
@@ -69,10 +102,25 @@ def main() -> int:
     subprocess.run(cmd, check=True)
     total = time.perf_counter() - start
     print(f"\nrehearsal of {arms}: {total:.0f} s in all ({root})")
-    print(f"{'arm':8} {'wall s':>7} {'start-up s':>11} {'training s':>11} {'end s':>6} {'steps':>6}")
+    columns = ("wall", "start-up", "validation", "steps", "median step", "end", "ingestion")
+    print("| arm | " + " | ".join(f"{c} s" for c in columns) + " | steps |")
+    print("|---|" + "---:|" * (len(columns) + 1))
+    phases = {}
     for arm in arms.split(","):
-        p = arm_phases(root / "rehearsal" / f"{arm}-seed42")
-        print(f"{arm:8} {p['wall']:7.0f} {p['start-up']:11.0f} {p['training']:11.0f} {p['end']:6.0f} {p['steps']:6d}")
+        p = phases[arm] = arm_phases(root / "rehearsal" / f"{arm}-seed42")
+        print(f"| {arm} | " + " | ".join(f"{p[c]:.1f}" for c in columns) + f" | {p['n_steps']} |")
+    k = 8  # conf/experiment/rehearsal.yaml method.top_k
+    plain, head = token_output_bytes(1000, k)
+    per_token = (head - plain) / 1000
+    print(f"\nTokenOutput pickled per 1,000 tokens: {plain:,} bytes without a head, {head:,} with the top-{k} head: "
+          f"{per_token:.1f} bytes per token for the head ({8 * k} of ids and log-probs; at k = 128: "
+          f"{(token_output_bytes(1000, 128)[1] - plain) / 1000:.0f} bytes per token)")
+    for arm in ("sc", "sc_tis"):
+        if arm in phases and phases[arm]["tokens per step"] == phases[arm]["tokens per step"]:
+            tokens = phases[arm]["tokens per step"]
+            print(f"{arm}: {tokens:.0f} response tokens per step -> {tokens * per_token / 1e3:.1f} kB of head per step "
+                  f"(PG's TokenOutputs: {tokens * plain / 1000 / 1e3:.1f} kB); median step {phases[arm]['median step']:.2f} s "
+                  f"against PG's {phases['pg']['median step']:.2f} s" if "pg" in phases else "")
     print(f"bare ray.init + shutdown with the rehearsal's resources: {ray_start_seconds():.1f} s")
     return 0
 

@@ -41,6 +41,8 @@ from runners.verl_backend import overrides as ovr
 log = logging.getLogger(__name__)
 
 VERL_MODULE = "verl.trainer.main_ppo"
+#: The run.log line of the final merge of an attempt's logs (``benchmarks/rehearsal_time.py`` reads it).
+INGESTED = "merged verl's logs into metrics.json in"
 _STEP = re.compile(r"(?:^|\s)step:(\d+)(?:\s|$)")
 
 
@@ -98,8 +100,11 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
     (:func:`ingest_failure`) and anything else as it is."""
     from runners.verl_backend.ingest import ingest_run
 
+    start = time.monotonic()
     try:
         ingest_run(run_dir, cfg, status=status)
+        if final:
+            log.info("%s: %s %.1f s", cfg.run_name, INGESTED, time.monotonic() - start)
     except Exception as err:
         if not final:
             log.exception("ingestion failed while verl runs; retrying at the next interval")
