@@ -6,7 +6,7 @@
 * other model configs still get the machine-local warm-start cache;
 * step-0 evaluation, run as `LocalRun` runs it, gives byte-identical per-sample results under
   CPU-kernel settings another machine would have (AVX2 vs the generic kernels, MKL limited to
-  SSE4.2) and at 1 and 2 threads, and equals the README's figures;
+  SSE4.2) and at 1 and 2 threads, and equals the figures of docs/embedded_default.md;
 * a non-editable install (a built wheel) carries the weights and the manifest.
 """
 
@@ -30,7 +30,7 @@ from runners.local.warmstart import cache_key
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: step-0 mean@8 of the shipped model with the default config (seed 42): the README's figures
+#: step-0 mean@8 of the shipped model with the default config (seed 42): the figures of docs/embedded_default.md
 STEP0 = {"val-core/arith_a/acc/mean@8": 0.4875, "val-core/arith_b/acc/mean@8": 0.5166666666666667}
 
 

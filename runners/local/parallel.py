@@ -2,7 +2,7 @@
 
 `conf/hydra/launcher/parallel.yaml` runs a multirun's jobs in `n_jobs` loky worker processes.
 Each job sets its own thread count from `backend.threads` (torch.set_num_threads), which is part
-of the run's config because it changes the numbers (see the README); so nothing changes it behind
+of the run's config because it changes the numbers (docs/embedded_default.md); so nothing changes it behind
 the config's back. Instead a job started by the joblib launcher refuses, before any compute, a
 `backend.threads` with `n_jobs x backend.threads` above the machine's cores, naming the key:
 
