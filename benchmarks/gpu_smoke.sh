@@ -11,8 +11,9 @@
 # Runs verl's real V1 separate_async trainer (FSDP2 trainer + vLLM rollout, on Ray) for 3 steps per
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
 # `python -m analysis.contract`. Trainer and vLLM share the one GPU: Ray is told there are 2 GPUs and
-# is kept from setting CUDA_VISIBLE_DEVICES, and vLLM takes 30% of the memory. SC arms run only where
-# the installed verl supports score centering (commit 8718ca30); on verl 0.9.1 they are skipped.
+# is kept from setting CUDA_VISIBLE_DEVICES, and vLLM takes 30% of the memory. All four arms run: on verl
+# 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
+# piece has not run on a GPU yet; this script is its first test); a verl that can carry no head skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="$(realpath -m "${1:-results/gpu_smoke_assets}")"
@@ -27,7 +28,7 @@ arms=pg,tis
 if python -c "import sys; from runners.verl_backend import revisions; sys.exit(0 if revisions.supported() else 1)"; then
     arms=pg,tis,sc,sc_tis
 else
-    echo "gpu_smoke: verl without score-centering support: SC arms skipped" >&2
+    echo "gpu_smoke: the installed verl can carry no sampler head (revisions.check()): SC arms skipped" >&2
 fi
 
 export RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
