@@ -13,7 +13,7 @@
 # `python -m analysis.contract`. Trainer and vLLM share the one GPU: Ray is told there are 2 GPUs and
 # is kept from setting CUDA_VISIBLE_DEVICES, and vLLM takes 30% of the memory. All four arms run: on verl
 # 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
-# piece has not run on a GPU yet; this script is its first test); a verl that can carry no head skips them.
+# piece has not run on a GPU yet; this script is its first test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="$(realpath -m "${1:-results/gpu_smoke_assets}")"
@@ -24,12 +24,7 @@ python -c "import vllm, ray, verl" || {
 
 python benchmarks/gpu_smoke_assets.py "$OUT"
 
-arms=pg,tis
-if python -c "import sys; from runners.verl_backend import revisions; sys.exit(0 if revisions.supported() else 1)"; then
-    arms=pg,tis,sc,sc_tis
-else
-    echo "gpu_smoke: the installed verl can carry no sampler head (revisions.check()): SC arms skipped" >&2
-fi
+arms=pg,tis,sc,sc_tis   # an install that cannot carry the SC arms' head stops at the launcher, naming what it lacks
 
 export RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
 python runners/launch.py -m +experiment=qwen3_4b_sc_repro "method=$arms" seed=42 \
