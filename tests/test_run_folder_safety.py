@@ -7,6 +7,7 @@ files and the killed attempt's end time, a folder left before its first step, fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -161,7 +162,8 @@ def test_verl_attempt_takes_the_same_lock(tmp_path):
 
 SLEEPING_VERL = """\
 #!{python}
-import os, pathlib, time
+import os, pathlib, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a driver busy in its grace period: only SIGKILL ends it
 pathlib.Path(os.environ["FAKE_VERL_PID_FILE"] + ".tmp").write_text(str(os.getpid()))
 os.replace(os.environ["FAKE_VERL_PID_FILE"] + ".tmp", os.environ["FAKE_VERL_PID_FILE"])
 time.sleep(300)
@@ -209,14 +211,16 @@ def test_verl_keeps_the_lock_while_it_runs_even_if_its_launcher_is_killed(tmp_pa
         launcher.wait()
         held = run_lock.holder(run_dir)  # verl inherited the locked descriptor
         assert held is not None and f"pid {launcher.pid} on host" in held and "has exited; a child" in held
+        # the launcher's watchdog SIGKILLs verl's group after its grace period (10 s): the lock goes with verl
+        deadline = time.monotonic() + 30
+        while run_lock.holder(run_dir) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert run_lock.holder(run_dir) is None
     finally:
         launcher.kill()
         if verl_pid is not None:
-            os.kill(verl_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while run_lock.holder(run_dir) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert run_lock.holder(run_dir) is None  # gone with verl
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(verl_pid, signal.SIGKILL)
 
 
 # -- 2. fault hygiene ---------------------------------------------------------------------------
