@@ -226,6 +226,7 @@ class VerlPlacement:
     rollout_nnodes: int = at_least(1)
     rollout_gpus_per_node: int = at_least(1)
     rollout_tensor_parallel: int = at_least(1)
+    shared_gpu: bool = False
 
 
 @dataclass
@@ -239,6 +240,9 @@ class VerlActor:
     use_torch_compile: bool = MISSING
     calculate_entropy: bool = MISSING
     entropy_from_logits_with_chunking: bool = MISSING
+    entropy_chunk_size: int = at_least(1, 2048)
+    entropy_checkpointing: bool = False
+    offload_policy: bool = False
     checkpoint_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     max_ckpt_to_keep: Optional[int] = at_least(1, None, nullable=True)  # noqa: UP045
 
@@ -251,6 +255,8 @@ class VerlRolloutEngine:
     checkpoint_engine: str = MISSING
     agent_workers: int = at_least(1)
     logprobs_mode: str = MISSING
+    max_num_seqs: int = at_least(1, 256)
+    max_num_batched_tokens: int = at_least(1, 8192)
 
 
 @dataclass
@@ -260,6 +266,35 @@ class VerlReward:
     manager_source: str = MISSING
     manager_name: str = MISSING
     manager_module: str = MISSING
+
+
+@dataclass
+class CapacityTime:
+    """The assumptions of the capacity plan's time estimate (``runners.capacity.timing.TimeAssumptions``)."""
+
+    mean_prompt_fraction: float = between(0, 1)
+    mean_response_fraction: float = between(0, 1)
+    train_mfu: float = positive(le=1)
+    prefill_mfu: float = positive(le=1)
+    decode_bandwidth_efficiency: float = positive(le=1)
+    weight_sync_bytes_per_s: float = positive()
+    head_transport_bytes_per_s: float = positive()
+    host_link_bytes_per_s: float = positive()
+    host_optimizer_params_per_s: float = positive()
+
+
+@dataclass
+class VerlCapacity:
+    """``backend.capacity``: the capacity plan's switch and assumptions (``runners.capacity``)."""
+
+    enforce: bool = True
+    flash_attn: bool = True
+    cuda_context_bytes: float = at_least(0, integer=False)
+    trainer_nccl_bytes: float = at_least(0, integer=False)
+    fragmentation: float = between(0, 1)
+    vllm_outside_torch_bytes: float = at_least(0, integer=False)
+    vllm_cuda_graph_bytes: float = at_least(0, integer=False)
+    time: CapacityTime = field(default_factory=CapacityTime)
 
 
 @dataclass
@@ -279,7 +314,18 @@ class VerlBackendConfig:
     logger: list[str] = field(default_factory=lambda: ["console", "file"])
     project_name: str = MISSING
     ingest_interval_s: Any = positive()  # int or float, as written
+    capacity: VerlCapacity = field(default_factory=VerlCapacity)
     extra_overrides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GpuConfig:
+    """``conf/gpu/<name>.yaml``: what one GPU offers, from its vendor's datasheet (the capacity plan reads it)."""
+
+    name: str = MISSING
+    memory_bytes: float = positive()
+    memory_bandwidth_bytes_per_s: float = positive()
+    bf16_dense_flops: float = positive()
 
 
 # -- model ------------------------------------------------------------------------------------------
@@ -395,6 +441,7 @@ STORED: tuple[tuple[str | None, str, type], ...] = (
     ("method", "base_method", MethodConfig),
     ("backend", "base_local", LocalBackendConfig),
     ("backend", "base_verl", VerlBackendConfig),
+    ("gpu", "base_gpu", GpuConfig),
     ("model", "base_tiny_qwen3", TinyQwen3Config),
     ("data", "base_synthetic_arith", SyntheticArithConfig),
 )
@@ -416,6 +463,8 @@ def schemas_of(cfg: DictConfig) -> list[tuple[str, type]]:
     if backend not in BACKENDS:
         raise SchemaError(f"backend.name={backend!r}; allowed: {', '.join(BACKENDS)}")
     out += [("backend", BACKENDS[backend]), ("model", MODELS[backend])]
+    if backend == "verl":
+        out.append(("gpu", GpuConfig))
     data = OmegaConf.select(cfg, "data.name")
     if data in DATA:
         out.append(("data", DATA[data]))

@@ -56,6 +56,16 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
         if transport := report.get("score_centering_transport"):
             log.info("score centering of %s: the sampler's head travels by %s transport: %s", cfg.run_name,
                      "verl's own" if transport["name"] == "verl" else "the project's", transport["summary"])
+        cap = report["capacity"]
+        if cap["fits"] is None:
+            log.warning("no capacity plan for %s: %s", cfg.run_name, cap["error"])
+        else:
+            log.info("capacity of %s on %s (an estimate): trainer GPU %.1f GB, rollout GPU %.1f GB of %.1f GB: %s; "
+                     "%.0f s per step, %.0f GPU-hours per arm; see %s", cfg.run_name, cap["gpu"],
+                     cap["trainer_total_bytes"] / 1e9, cap["rollout_total_bytes"] / 1e9, cap["gpu_bytes"] / 1e9,
+                     "fits" if cap["fits"] else "DOES NOT FIT", cap["step_seconds"], cap["gpu_hours_per_arm"], cap["file"])
+            if cap["refusal"] and not rehearsal.is_rehearsal(cfg):
+                log.warning("a launch would be refused: %s", cap["refusal"])
         for note in report.get("notes", []):
             log.info("note: %s", note)
         if "rehearsal" in report:

@@ -6,11 +6,13 @@ config run in the dry run. These are the verl backend's own rules across keys: w
 ``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
 keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`, for the arm's head
 transport), that the installed verl can carry an SC arm's head on a real launch (the error names what
-it lacks), and on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`).
+it lacks), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`),
+and that a GPU launch fits its GPUs (:func:`check_capacity`, the capacity plan of :mod:`runners.capacity`).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from runners.verl_backend import revisions as rev
 from runners.verl_backend.vocabulary import check_top_k
 
 _MISSING = object()
+log = logging.getLogger(__name__)
 
 
 def _value(cfg: DictConfig, key: str) -> Any:
@@ -53,6 +56,12 @@ def _check_launch(cfg: DictConfig) -> None:
     if gpus % tp:
         _fail("backend.placement.rollout_tensor_parallel", tp,
               f"a divisor of backend.placement.rollout_gpus_per_node ({gpus})")
+    if _value(cfg, "backend.placement.shared_gpu"):
+        place = {k: _value(cfg, f"backend.placement.{k}") for k in
+                 ("nnodes", "trainer_gpus_per_node", "rollout_nnodes", "rollout_gpus_per_node", "rollout_tensor_parallel")}
+        if any(v != 1 for v in place.values()):
+            _fail("backend.placement.shared_gpu", True, "only with one trainer GPU and one rollout GPU on one node, "
+                  f"tensor parallel 1 (the one shared GPU); got backend.placement {place}")
     if _value(cfg, "backend.rollout_engine.checkpoint_engine") == "naive":
         _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
@@ -88,9 +97,32 @@ def validate(cfg: DictConfig) -> None:
     if _value(cfg, "backend.name") != "verl":
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
     _check_launch(cfg)
+    check_capacity(cfg)  # before the data: no point preparing data for GPUs the launch cannot fit
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
     check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_backend/vocabulary.py)
     if rehearsal.is_rehearsal(cfg):
         rehearsal.check(cfg)
     if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:
         rev.require(f"method={cfg.method.name} (score centering)")
+
+
+def check_capacity(cfg: DictConfig) -> None:
+    """Refuse a GPU launch whose capacity plan does not fit (``runners.capacity``), naming the limiting term and
+    the knobs; with ``backend.capacity.enforce=false`` warn instead. The dry run writes the plan instead of
+    refusing (``capacity.md``), and the CPU rehearsal has no GPU to fit."""
+    if cfg.backend.dry_run or rehearsal.is_rehearsal(cfg):
+        return
+    from runners.capacity import plan as capacity
+
+    enforce = bool(_value(cfg, "backend.capacity.enforce"))
+    try:
+        reason = capacity.refusal(capacity.plan(cfg))
+    except ValueError as err:  # the model's shape is unknown before verl downloads it
+        if enforce:
+            raise
+        log.warning("no capacity plan: %s", err)
+        return
+    if reason is not None and enforce:
+        raise ValueError(reason)
+    if reason is not None:
+        log.warning("%s; launching anyway (backend.capacity.enforce=false)", reason)

@@ -318,6 +318,23 @@ def reference_difference(cfg: DictConfig, paths: layout.AttemptPaths) -> dict[st
             "difference": rows}
 
 
+def capacity_summary(cfg: DictConfig, out: Path) -> dict[str, Any]:
+    """Write the launch's capacity plan (``capacity.json``, ``capacity.md``) into ``out``; return what the report
+    and the log say of it (``fits``, the totals, the cost, the refusal a launch would meet)."""
+    from runners.capacity import plan as capacity
+
+    try:
+        p = capacity.plan(cfg)
+    except ValueError as err:  # the model's shape is unknown
+        (out / capacity.MARKDOWN).write_text(f"# Capacity plan: none\n\n{err}\n")
+        return {"fits": None, "error": str(err)}
+    capacity.write(p, out)
+    return {"fits": p["fits"], "gpu": p["gpu"]["name"], "trainer_total_bytes": p["trainer"]["per_gpu_bytes"]["total"],
+            "rollout_total_bytes": p["rollout"]["per_gpu_bytes"]["total"], "gpu_bytes": p["gpu"]["memory_bytes"],
+            "step_seconds": p["time"]["step_seconds"], "gpu_hours_per_arm": p["time"]["gpu_hours_per_arm"],
+            "refusal": capacity.refusal(p), "file": str(out / capacity.MARKDOWN)}
+
+
 def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Write the launch files and check them against the installed verl; return the report."""
     spec = launch.build_spec(cfg, run_dir)
@@ -341,7 +358,7 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         reason = (out / "error.txt").read_text() if (out / "error.txt").exists() else proc.stderr[-4000:]
         raise ValueError(f"dry run of {cfg.run_name} failed; see {out / 'check.log'}\n{reason}")
     report = json.loads((out / REPORT).read_text())
-    report.update(command=spec.command_line(), attempt=spec.paths.attempt)
+    report.update(command=spec.command_line(), attempt=spec.paths.attempt, capacity=capacity_summary(cfg, out))
     if rehearsal.is_rehearsal(cfg):
         report["rehearsal"] = reference_difference(cfg, spec.paths)
         (out / "rehearsal_difference.txt").write_text(rehearsal.difference_text(report["rehearsal"]))

@@ -116,6 +116,24 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
         raise
 
 
+def show_capacity(cfg: DictConfig, attempt_dir: Path) -> None:
+    """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder (a GPU launch:
+    the rehearsal has no GPU to plan for)."""
+    from runners.verl_backend import rehearsal
+
+    if rehearsal.is_rehearsal(cfg):
+        return
+    from runners.capacity import plan as capacity
+
+    try:
+        p = capacity.plan(cfg)
+    except ValueError as err:  # unknown shape: validation refused it unless backend.capacity.enforce=false
+        log.warning("no capacity plan: %s", err)
+        return
+    _, markdown = capacity.write(p, attempt_dir)
+    print(markdown.read_text(), flush=True)
+
+
 def launch(cfg: DictConfig, run_dir: Path) -> None:
     """Run one attempt of this arm under verl, holding the run folder's lock; raise
     :class:`~runners.run_error.RunError` (one line) if verl fails or its logs cannot be merged into the
@@ -134,6 +152,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     paths = spec.paths
     resume_point.align(run_dir, paths.attempt)  # never past a checkpoint whose step was not logged
     paths.attempt_dir.mkdir(parents=True, exist_ok=True)
+    show_capacity(cfg, paths.attempt_dir)
     paths.launch_script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {paths.attempt}"))
     paths.launch_script.chmod(0o755)
     log.info("verl attempt %d of %s; log: %s", paths.attempt, cfg.run_name, paths.log_file)

@@ -33,6 +33,9 @@ from runners.verl_backend.layout import AttemptPaths
 #: docs/verl_reference.md): the project's loss registration, loudly, and for SC arms the seam.
 REGISTRY_MODULE = "ablations.registry"
 SC_HOOK_MODULE = "runners.verl_backend.sc_hook"
+#: Set where the trainer and vLLM share one GPU (``backend.placement.shared_gpu``): Ray then leaves
+#: CUDA_VISIBLE_DEVICES alone, so both pools' workers see the one device.
+SHARED_GPU_ENV = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 
 # -- the mapping -------------------------------------------------------------------------------
@@ -65,6 +68,8 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
         env["VERL_ENGINE_VENDOR"] = verl_head.ENGINE_VENDOR
     elif is_score_centering(cfg):
         modules.append(SC_HOOK_MODULE)
+    if cfg.backend.placement.shared_gpu:  # both pools on one GPU: Ray must not pin each to a device of its own
+        env[SHARED_GPU_ENV] = "1"
     if rehearsal.is_rehearsal(cfg):
         cpu_env, cpu_modules = rehearsal.environment(cfg, paths.cpu_state)
         env.update(cpu_env)
@@ -105,6 +110,8 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.rollout.n_gpus_per_node", int(place.rollout_gpus_per_node))
     put("actor_rollout_ref.rollout.tensor_model_parallel_size", int(place.rollout_tensor_parallel))
     put("actor_rollout_ref.rollout.checkpoint_engine.backend", engine.checkpoint_engine)
+    if place.shared_gpu:  # Ray is told of a GPU per pool; both use the one device (SHARED_GPU_ENV)
+        put("ray_kwargs.ray_init.num_gpus", int(place.trainer_gpus_per_node) + int(place.rollout_gpus_per_node), add=True)
     put("trainer.total_training_steps", int(t.total_steps))
     put("trainer.test_freq", int(t.test_freq))
     put("trainer.save_freq", int(t.save_freq))
@@ -161,6 +168,9 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.actor.use_kl_loss", False)
     put("actor_rollout_ref.actor.calculate_entropy", bool(actor.calculate_entropy))
     put("actor_rollout_ref.actor.entropy_from_logits_with_chunking", bool(actor.entropy_from_logits_with_chunking))
+    put("actor_rollout_ref.actor.entropy_from_logits_chunk_size", int(actor.entropy_chunk_size))
+    put("actor_rollout_ref.actor.entropy_checkpointing", bool(actor.entropy_checkpointing))
+    put("actor_rollout_ref.actor.fsdp_config.offload_policy", bool(actor.offload_policy))
     put("actor_rollout_ref.actor.data_loader_seed", int(cfg.seed))
     put("actor_rollout_ref.actor.checkpoint.save_contents", list(actor.checkpoint_contents))
 
@@ -175,6 +185,8 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.rollout.dtype", engine.dtype)
     put("actor_rollout_ref.rollout.gpu_memory_utilization", float(engine.gpu_memory_utilization))
     put("actor_rollout_ref.rollout.agent.num_workers", int(engine.agent_workers))
+    put("actor_rollout_ref.rollout.max_num_seqs", int(engine.max_num_seqs))
+    put("actor_rollout_ref.rollout.max_num_batched_tokens", int(engine.max_num_batched_tokens))
     put("actor_rollout_ref.rollout.n", int(t.n))
     put("actor_rollout_ref.rollout.do_sample", True)
     put("actor_rollout_ref.rollout.temperature", float(r.temperature))

@@ -10,9 +10,9 @@ Where the vocabulary comes from (:func:`vocabulary`), first match:
 
 1. the rehearsal (``backend.platform=cpu``): the shipped tiny Qwen3 it trains, whose vocabulary is the
    character tokenizer's (``runners/local/tokenizer.py``), written into ``model.path`` only later;
-2. ``model.path`` a local folder: its ``config.json`` (``vocab_size``, or ``text_config.vocab_size``);
-3. a hub id whose ``config.json`` is in the local Hugging Face cache (looked up offline);
-4. a hub id of :data:`PUBLISHED_VOCABULARY`.
+2. the model's ``config.json`` as :func:`runners.capacity.shapes.find_config` finds it (a local folder,
+   the local Hugging Face cache offline, the published sizes of the Qwen3 dense models): its
+   ``vocab_size`` (or ``text_config.vocab_size``).
 
 Otherwise the vocabulary is unknown before verl downloads the config, and the check is skipped with
 a warning naming the key (an SC arm only: the other arms do not use ``method.top_k`` on verl).
@@ -20,43 +20,20 @@ a warning naming the key (an SC arm only: the other arms do not use ``method.top
 
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from runners.capacity.shapes import find_config
 from runners.config_error import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: ``vocab_size`` of the published ``config.json`` of hub checkpoints the project's experiments name, for
-#: a machine that has not downloaded them yet. Qwen/Qwen3-4B (``conf/experiment/qwen3_4b_sc_repro.yaml``):
-#: 151,936, the size the whole Qwen3 dense family publishes (hf.co/Qwen/Qwen3-4B/blob/main/config.json)
-#: and the vocabulary of the project's SC numerics (tests/test_sc_numerics.py, benchmarks/head_gather.py).
-PUBLISHED_VOCABULARY: dict[str, int] = {"Qwen/Qwen3-4B": 151_936}
-
-
-def _config_vocab(config_file: Path) -> int | None:
-    """``vocab_size`` of a Hugging Face ``config.json`` (or of its ``text_config``), or None."""
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError):
-        return None
+def _config_vocab(config: dict[str, Any]) -> int | None:
+    """``vocab_size`` of a Hugging Face config dict (or of its ``text_config``), or None."""
     size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return size if isinstance(size, int) and size > 0 else None
-
-
-def _cached_config(repo_id: str) -> Path | None:
-    """The ``config.json`` of hub id ``repo_id`` in the local Hugging Face cache, or None (no network)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found: Any = try_to_load_from_cache(repo_id, "config.json")
-    except (ImportError, ValueError):  # no huggingface_hub, or not a hub id
-        return None
-    return Path(found) if isinstance(found, str) else None
 
 
 def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
@@ -68,14 +45,9 @@ def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
         from runners.local.tokenizer import build_tokenizer
 
         return len(build_tokenizer()), "the rehearsal's tiny Qwen3, runners/local/tokenizer.py"
-    path = str(cfg.model.path)
-    local = Path(path).expanduser()
-    candidates = [local / "config.json"] if local.is_dir() else [c for c in [_cached_config(path)] if c]
-    for config_file in candidates:
-        if (size := _config_vocab(config_file)) is not None:
-            return size, str(config_file)
-    if path in PUBLISHED_VOCABULARY:
-        return PUBLISHED_VOCABULARY[path], f"the published config.json of {path}"
+    found = find_config(str(cfg.model.path))
+    if found is not None and (size := _config_vocab(found[0])) is not None:
+        return size, found[1]
     return None
 
 
@@ -89,7 +61,7 @@ def check_top_k(cfg: DictConfig) -> None:
     if found is None:
         if is_score_centering(cfg):
             log.warning("method.top_k=%d is not checked against the vocabulary of model.path=%s: not a local folder, "
-                        "not in the Hugging Face cache, not in runners/verl_backend/vocabulary.py's published sizes",
+                        "not in the Hugging Face cache, not in runners/capacity/shapes.py's published shapes",
                         k, cfg.model.path)
         return
     size, source = found

@@ -1,0 +1,19 @@
+"""The capacity plan of a verl launch: GPU memory per trainer and rollout GPU, time and GPU-hours per arm.
+
+Closed-form estimates from the model's shape (:mod:`~runners.capacity.shapes`), the GPU's datasheet
+(``conf/gpu/``) and the resolved launch config, term by term, so a user reads before renting whether a
+launch fits and what it costs, and a launch that cannot fit is refused before Ray starts:
+
+* :mod:`~runners.capacity.trainer` -- one FSDP2 trainer GPU at its peak (model states, gathered units,
+  activations, the logits block and its temporaries, the score-centering head, a reserve);
+* :mod:`~runners.capacity.rollout` -- one vLLM GPU (weights per tensor-parallel rank, KV cache per
+  token, KV capacity, vLLM's own reserve);
+* :mod:`~runners.capacity.timing` -- the time of a step from first principles, evaluation included;
+* :mod:`~runners.capacity.plan` -- the plan of a resolved config, ``capacity.json`` / ``capacity.md``
+  and the refusal.
+
+``shapes``, ``trainer``, ``rollout`` and ``timing`` import nothing but the standard library, so the
+device check runs them on a machine with torch alone (``benchmarks/device_capacity.py``); ``plan`` reads
+an OmegaConf config. What each term counts and how well it matches torch's own accounting:
+docs/capacity.md.
+"""

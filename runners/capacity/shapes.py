@@ -1,0 +1,132 @@
+"""The shape of a Qwen3-style decoder (what the capacity plan needs of a model), and where it is read.
+
+:func:`find_config` looks for the model's ``config.json``, first match: ``model.path`` a local folder;
+a hub id whose ``config.json`` is in the local Hugging Face cache (looked up offline); a hub id of
+:data:`PUBLISHED` (the published ``config.json`` facts of the Qwen3 dense sizes a user would pick).
+
+Parameter count (no biases, as Qwen3): per layer ``h q + 2 h kv + q h`` (attention projections, ``q =
+heads x head_dim``, ``kv = kv_heads x head_dim``), ``3 h I`` (gated MLP), ``2 h + 2 head_dim`` (the two
+RMSNorms and Qwen3's q/k norms); plus the embedding ``V h``, a separate LM head ``V h`` when the
+embeddings are not tied, and the final norm ``h``. Qwen3-4B: 4,022,468,096 (the count of torch's meta
+model, docs/capacity.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a Qwen3-style causal LM (``config.json`` names)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+        """From a Hugging Face ``config.json`` dict (``text_config`` where the sizes are nested there);
+        ``head_dim`` defaults to ``hidden_size / num_attention_heads``, ``num_key_value_heads`` to the heads."""
+        if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
+            config = {**config["text_config"], "tie_word_embeddings": config.get("tie_word_embeddings", False)}
+        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads") if not isinstance(config.get(k), int)]
+        if missing:
+            raise ValueError(f"the model config lacks {', '.join(missing)}: not a decoder the capacity plan knows")
+        heads = int(config["num_attention_heads"])
+        return cls(vocab_size=int(config["vocab_size"]), hidden_size=int(config["hidden_size"]),
+                   intermediate_size=int(config["intermediate_size"]),
+                   num_hidden_layers=int(config["num_hidden_layers"]), num_attention_heads=heads,
+                   num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+                   head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
+                   tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def layer_parameters(self) -> int:
+        h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
+        return h * q + 2 * h * kv + q * h + 3 * h * self.intermediate_size + 2 * h + 2 * self.head_dim
+
+    @property
+    def embedding_parameters(self) -> int:
+        """The input embedding; the LM head has as many again when not tied."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def parameters(self) -> int:
+        head = 0 if self.tie_word_embeddings else self.embedding_parameters
+        return self.embedding_parameters + head + self.num_hidden_layers * self.layer_parameters + self.hidden_size
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_QWEN3 = {"vocab_size": 151_936, "num_key_value_heads": 8, "head_dim": 128}
+#: Published ``config.json`` sizes of the Qwen3 dense models (hf.co/Qwen/<name>/blob/main/config.json).
+PUBLISHED: dict[str, ModelShape] = {
+    "Qwen/Qwen3-0.6B": ModelShape(**_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                  num_attention_heads=16, tie_word_embeddings=True),
+    "Qwen/Qwen3-1.7B": ModelShape(**_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                                  num_attention_heads=16, tie_word_embeddings=True),
+    "Qwen/Qwen3-4B": ModelShape(**_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                                num_attention_heads=32, tie_word_embeddings=True),
+    "Qwen/Qwen3-8B": ModelShape(**_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                                num_attention_heads=32, tie_word_embeddings=False),
+}
+
+
+def read_config(config_file: Path) -> dict[str, Any] | None:
+    """A ``config.json`` as a dict, or None when it cannot be read."""
+    try:
+        config = json.loads(Path(config_file).read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """The ``config.json`` of hub id ``repo_id`` in the local Hugging Face cache, or None (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found: Any = try_to_load_from_cache(repo_id, "config.json")
+    except (ImportError, ValueError):  # no huggingface_hub, or not a hub id
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def find_config(path: str) -> tuple[dict[str, Any], str] | None:
+    """``(config dict, where it was read)`` of the model at ``path`` (order: the module docstring), or None."""
+    local = Path(path).expanduser()
+    candidates = [local / "config.json"] if local.is_dir() else [c for c in [cached_config(path)] if c]
+    for config_file in candidates:
+        if (config := read_config(config_file)) is not None:
+            return config, str(config_file)
+    if path in PUBLISHED:
+        return PUBLISHED[path].as_dict(), f"the published config.json of {path} (runners/capacity/shapes.py)"
+    return None
+
+
+def shape_of(path: str) -> tuple[ModelShape, str] | None:
+    """``(shape, where it was read)`` of the model at ``path``, or None when no config is found."""
+    found = find_config(path)
+    if found is None:
+        return None
+    config, source = found
+    return ModelShape.from_config(config), source
