@@ -10,8 +10,8 @@
 #
 # Runs verl's real V1 separate_async trainer (FSDP2 trainer + vLLM rollout, on Ray) for 3 steps per
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
-# `python -m analysis.contract`. Trainer and vLLM share the one GPU: Ray is told there are 2 GPUs and
-# is kept from setting CUDA_VISIBLE_DEVICES, and vLLM takes 30% of the memory. All four arms run: on verl
+# `python -m analysis.contract`. Trainer and vLLM share the one GPU (backend.placement.shared_gpu: Ray is
+# told there are 2 GPUs and is kept from setting CUDA_VISIBLE_DEVICES), and vLLM takes 30% of the memory. All four arms run: on verl
 # 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
 # piece has not run on a GPU yet; this script is its first test).
 set -euo pipefail
@@ -26,7 +26,6 @@ python benchmarks/gpu_smoke_assets.py "$OUT"
 
 arms=pg,tis,sc,sc_tis   # an install that cannot carry the SC arms' head stops at the launcher, naming what it lacks
 
-export RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1
 python runners/launch.py -m +experiment=qwen3_4b_sc_repro "method=$arms" seed=42 \
     sweep=gpu_smoke "results_root=$OUT/results" "model.path=$OUT/model" model.enable_thinking=false \
     "data.dir=$OUT/data" data.train.rows=null data.train.rows_after_filter=null \
@@ -34,10 +33,10 @@ python runners/launch.py -m +experiment=qwen3_4b_sc_repro "method=$arms" seed=42
     trainer.total_steps=3 trainer.test_freq=3 trainer.save_freq=3 trainer.prompts_per_step=4 trainer.n=4 \
     eval.n=2 rollout.max_prompt_length=256 rollout.max_response_length=64 \
     backend.placement.trainer_gpus_per_node=1 backend.placement.rollout_gpus_per_node=1 \
-    backend.placement.rollout_tensor_parallel=1 backend.rollout_engine.gpu_memory_utilization=0.3 \
+    backend.placement.rollout_tensor_parallel=1 backend.placement.shared_gpu=true \
+    backend.rollout_engine.gpu_memory_utilization=0.3 \
     backend.rollout_engine.agent_workers=1 backend.actor.max_token_len_per_gpu=4096 \
-    backend.actor.use_torch_compile=false backend.actor.gradient_checkpointing=false \
-    'backend.extra_overrides=["+ray_kwargs.ray_init.num_gpus=2","+ray_kwargs.ray_init.runtime_env.env_vars.RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1"]'
+    backend.actor.use_torch_compile=false backend.actor.gradient_checkpointing=false
 
 status=0
 for arm in ${arms//,/ }; do

@@ -1,0 +1,214 @@
+"""The capacity plan (runners/capacity): each term against figures computed by hand for one configuration,
+the parameter count against torch's own count of the real model, the refusal of a launch that cannot fit
+(through the launcher, before anything is written), and the presets (verl's validator and their plans).
+
+The hand figures: Qwen3-4B (4,022,468,096 parameters; V = 151,936, h = 2,560, q = 4,096, kv = 1,024,
+I = 9,728, L = 36, 32 heads), one packed micro-batch of T = 16,384 tokens on each of D = 4 FSDP2 GPUs,
+gradient checkpointing, verl's chunked entropy in eager mode (2,048 rows), flash-attn, an SC head of k = 128.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from runners.capacity import plan as capacity
+from runners.capacity import rollout, timing, trainer
+from runners.capacity.shapes import PUBLISHED, ModelShape, shape_of
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+QWEN3_4B = PUBLISHED["Qwen/Qwen3-4B"]
+N, T, V, D = 4_022_468_096, 16_384, 151_936, 4
+TV = T * V  # 2,489,319,424 logits per micro-batch
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B"])
+def test_parameter_count_equals_the_real_models_on_the_meta_device(name):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    shape = PUBLISHED[name]
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(**shape.as_dict()))
+    assert shape.parameters == sum(p.numel() for p in model.parameters())  # tied weights counted once
+    if name == "Qwen/Qwen3-4B":
+        assert shape.parameters == N  # docs/capacity_notes: counted on the meta device
+
+
+def test_trainer_terms_by_hand():
+    terms = trainer.trainer_terms(QWEN3_4B, T, gradient_checkpointing=True, dp_size=D, calculate_entropy=True,
+                                  entropy_chunking=True, entropy_chunk_rows=2048, sc_top_k=128)
+    assert terms["model_states"] == 16 * N // D == 16_089_872_384  # fp32 weight, grad, two AdamW moments
+    # root (tied embedding) bf16 + its bf16 grad, two bf16 layers, a layer's bf16 grad and fp32 reduce copy
+    root, layer = 151_936 * 2_560, 100_930_816
+    assert terms["gathered"] == 2 * 2 * root + 2 * 2 * layer + (2 + 4) * layer == 2_565_132_800
+    # per layer and token: norms 2 x 8h, q 14q, kv 14kv, MLP 8I, fp32 lse per head
+    a = 16 * 2_560 + 14 * 4_096 + 14 * 1_024 + 8 * 9_728 + 4 * 32
+    assert a == 190_592 == trainer.layer_activation_bytes_per_token(QWEN3_4B)
+    kept = (36 * 2 * 2_560 + 8 * 2_560) * T  # checkpointed bf16 inputs + final norm
+    workspace = (6 * 9_728 + 4 * 2_560) * T
+    assert terms["activations"] == kept + a * T + workspace == 7_602_176_000
+    entropy_kept, block, lse, chunk, grad = 8 * TV, 2 * TV, 4 * T, 4 * 2_048 * V, 2 * TV
+    assert terms["logits"] == entropy_kept + block + lse + max(chunk, grad) == 29_871_898_624
+    sc_kept, sc_backward = (8 + 4 + 4) * 128 * T, 2 * TV + 4 * 1_024 * V
+    assert terms["sc_head"] == sc_kept + sc_backward == 5_634_523_136
+    backward_start = kept + entropy_kept + block + lse + grad + sc_kept + sc_backward
+    assert backward_start > kept + a * T + workspace + entropy_kept + sc_kept  # > a layer's recomputation
+    assert terms["peak"] == 16 * N // D + 2_565_132_800 + backward_start == 57_516_870_144
+    assert terms["total"] == terms["peak"]  # no reserve asked
+
+
+def test_trainer_knobs_change_their_terms_by_hand():
+    base = dict(gradient_checkpointing=True, dp_size=D, calculate_entropy=True, sc_top_k=0)
+    plain = trainer.trainer_terms(QWEN3_4B, T, **base)
+    assert trainer.trainer_terms(QWEN3_4B, T, **{**base, "offload_policy": True})["model_states"] == 0
+    ckpt = trainer.trainer_terms(QWEN3_4B, T, **{**base, "entropy_checkpointing": True})
+    assert plain["logits"] - ckpt["logits"] == 8 * TV  # the kept fp32 chunks go
+    torch_path = trainer.trainer_terms(QWEN3_4B, T, **{**base, "flash_cross_entropy": False})
+    assert torch_path["logits"] - plain["logits"] == (2 * TV - 4 * T) + 2 * TV  # per-row log-softmax, stacked grads
+    no_ckpt = trainer.trainer_terms(QWEN3_4B, T, **{**base, "gradient_checkpointing": False})
+    assert no_ckpt["activations"] == (36 * 190_592 + 8 * 2_560 + 6 * 9_728 + 4 * 2_560) * T
+    sdpa = trainer.trainer_terms(QWEN3_4B, T, **{**base, "flash_attention": False})
+    assert sdpa["activations"] - plain["activations"] == 2 * 4_096 * T  # the transposed attention output
+
+
+def test_rollout_terms_by_hand():
+    setup = rollout.RolloutSetup(gpu_bytes=80 * 10**9, gpu_memory_utilization=0.85, tensor_parallel=2,
+                                 max_num_batched_tokens=8_192, max_num_seqs=256, sequence_tokens=9_216,
+                                 outside_torch_bytes=500_000_000, cuda_graph_bytes=1_000_000_000,
+                                 context_bytes=600_000_000)
+    r = rollout.rollout_terms(QWEN3_4B, setup)
+    assert r["weights"] == 2 * N // 2
+    assert rollout.kv_bytes_per_token(QWEN3_4B, 1) == 147_456  # 2 x 36 x 8 x 128 x 2 (docs/capacity_notes)
+    assert r["kv_bytes_per_token"] == 147_456 // 2
+    assert rollout.kv_bytes_per_token(QWEN3_4B, 16) == 2 * 36 * 1 * 128 * 2  # a KV head per rank at least
+    activation = 8_192 * (6 * 2_560 + (2 * (4_096 + 2 * 1_024) + 6 * 9_728) // 2) + 256 * 12 * V
+    assert r["activation_peak"] == activation == 881_983_488
+    kv = 68_000_000_000 - 2 * N // 2 - activation - 500_000_000 - 1_000_000_000
+    assert r["kv_cache"] == kv and r["kv_capacity_tokens"] == kv // 73_728
+    assert r["concurrent_sequences"] == pytest.approx(kv // 73_728 / 9_216)
+    assert r["total"] == 68_000_000_000 + 600_000_000
+
+
+def test_generation_and_training_time_by_hand():
+    shape = ModelShape(vocab_size=1_000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    hw = timing.Hardware(bandwidth_bytes_per_s=1e12, bf16_flops=1e15, trainer_gpus=2, rollout_gpus=1,
+                         tensor_parallel=1, shared_gpu=False, weights_bytes_per_rank=1e9, kv_bytes_per_token=1e5,
+                         kv_capacity_tokens=10**9, max_num_seqs=1_000)
+    ta = timing.TimeAssumptions(mean_prompt_fraction=1.0, mean_response_fraction=1.0, train_mfu=0.5, prefill_mfu=0.5,
+                                decode_bandwidth_efficiency=0.5, weight_sync_bytes_per_s=1e9,
+                                head_transport_bytes_per_s=1e9, host_link_bytes_per_s=1e9,
+                                host_optimizer_params_per_s=1e9)
+    gen = timing.generation(shape, 100, 100, 1_000, hw, ta)
+    # 100 sequences at once, one wave; an iteration reads 1e9 + 100 x (100 + 500) x 1e5 = 7e9 bytes at 0.5e12 B/s
+    assert gen["concurrent_sequences_per_replica"] == 100 and gen["waves"] == 1
+    assert gen["decode_iteration_seconds"] == pytest.approx(7e9 / 0.5e12)
+    assert gen["decode_seconds"] == pytest.approx(1_000 * 7e9 / 0.5e12)
+    assert gen["prefill_seconds"] == pytest.approx(2 * shape.parameters * 100 * 100 / 0.5e15)
+    matrices = 2 * shape.layer_parameters + 1_000 * 64
+    assert timing.training_flops(shape, 10, 50, checkpointing=False) == pytest.approx(
+        6 * matrices * 50 * 10 + 3 * 2 * 64 * 2 * 50**2 * 10)
+    assert timing.training_flops(shape, 10, 50, checkpointing=True) == pytest.approx(
+        8 * matrices * 50 * 10 + 4 * 2 * 64 * 2 * 50**2 * 10)
+    fewer = timing.generation(shape, 100, 100, 1_000, hw.__class__(**{**hw.__dict__, "max_num_seqs": 30}), ta)
+    assert fewer["waves"] == 4 and fewer["concurrent_sequences_per_replica"] == 30
+
+
+def test_plan_of_the_reference_has_the_keys_a_script_reads(tmp_path):
+    p = capacity.plan(composed("+experiment=qwen3_4b_sc_repro", "method=sc", f"results_root={tmp_path}"))
+    for key in ("model_states", "activations", "logits", "total"):
+        assert p["trainer"]["per_gpu_bytes"][key] > 0
+    assert p["trainer"]["gpu_bytes"] == 80 * 10**9 and p["trainer"]["fits"] is True
+    assert p["rollout"]["per_gpu_bytes"]["weights"] == N and p["rollout"]["kv_bytes_per_token"] == 73_728
+    assert p["rollout"]["kv_capacity_tokens"] > 0 and p["rollout"]["fits"] is True
+    assert p["time"]["step_seconds"] > 0 and p["time"]["gpu_hours_per_arm"] > 0 and p["time"]["estimate"]
+    assert p["trainer"]["per_gpu_bytes"]["sc_head"] > 0  # an SC arm carries the head
+    pg = capacity.plan(composed("+experiment=qwen3_4b_sc_repro", "method=pg", f"results_root={tmp_path}"))
+    assert pg["trainer"]["per_gpu_bytes"]["sc_head"] == 0 and pg["time"]["sc_head_seconds"] == 0
+    json_file, md = capacity.write(p, tmp_path / "out")
+    assert json.loads(json_file.read_text())["trainer"]["fits"] is True
+    assert "## Trainer GPU" in md.read_text() and "an estimate" in md.read_text().lower()
+
+
+def test_a_local_config_json_is_read_before_the_published_table(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**PUBLISHED["Qwen/Qwen3-0.6B"].as_dict(), "num_hidden_layers": 3}))
+    shape, source = shape_of(str(tmp_path))
+    assert shape.num_hidden_layers == 3 and source == str(tmp_path / "config.json")
+    assert shape_of("Qwen/Qwen3-8B")[0] == PUBLISHED["Qwen/Qwen3-8B"]
+    assert shape_of(str(tmp_path / "absent")) is None
+
+
+def test_a_misfit_names_the_limiting_term_and_the_knobs_that_fix_it(tmp_path):
+    p = capacity.plan(composed("+experiment=qwen3_4b_sc_repro", "gpu=rtx4090_24gb", "method=sc",
+                               f"results_root={tmp_path}"))
+    assert p["fits"] is False and p["trainer"]["fits"] is False
+    assert p["trainer"]["limiting_terms"] == ["logits"]
+    assert {f["key"] for f in p["trainer"]["fixes"]} == {"backend.actor.entropy_checkpointing",
+                                                         "backend.actor.max_token_len_per_gpu"}
+    assert not any(f["fits"] for f in p["trainer"]["fixes"])  # one knob is not enough on 24 GB
+    combined = {c["key"]: c["value"] for c in p["trainer"]["combined_fix"]}
+    assert combined == {"backend.actor.entropy_checkpointing": True, "backend.actor.offload_policy": True,
+                        "backend.actor.max_token_len_per_gpu": 9_216}
+    reason = capacity.refusal(p)
+    assert "limiting: logits" in reason and "backend.actor.offload_policy=True" in reason
+    assert "backend.capacity.enforce=false" in reason
+
+
+def launcher(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "runners/launch.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_launch_that_cannot_fit_is_refused_before_anything_is_written(tmp_path):
+    results = tmp_path / "results"
+    proc = launcher("+experiment=qwen3_4b_sc_repro", "gpu=rtx4090_24gb", "method=pg", f"results_root={results}",
+                    f"data.dir={tmp_path / 'data'}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("config error: the capacity plan of pg-seed42 does not fit: trainer GPU needs")
+    assert "Traceback" not in proc.stderr and not results.exists()
+    # enforce=false lets it through the plan with a warning, to the next check (the data are missing here)
+    proc = launcher("+experiment=qwen3_4b_sc_repro", "gpu=rtx4090_24gb", "method=pg", f"results_root={results}",
+                    f"data.dir={tmp_path / 'data'}", "backend.capacity.enforce=false")
+    assert proc.returncode == 2 and "config error: data.dir=" in proc.stderr
+    assert "does not fit" in proc.stderr and "launching anyway (backend.capacity.enforce=false)" in proc.stderr
+
+
+@pytest.mark.parametrize("preset", ["qwen3_4b_sc_repro_24gb", "qwen3_0p6b_1gpu"])
+def test_presets_pass_verls_validator_and_their_plans_fit(tmp_path, preset):
+    results = tmp_path / "results"
+    proc = launcher(f"+experiment={preset}", "method=sc_tis", f"results_root={results}", "backend.dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = results / preset / "sc_tis-seed42" / "verl" / "dry_run"
+    assert json.loads((out / "report.json").read_text())["status"] == "passed"  # verl's validate_config and more
+    p = json.loads((out / "capacity.json").read_text())
+    assert p["fits"] is True and p["trainer"]["fits"] and p["rollout"]["fits"]
+    if preset == "qwen3_0p6b_1gpu":  # one GPU: the trainer gets what vLLM leaves
+        assert p["placement"]["shared_gpu"] and p["time"]["gpus"] == 1
+        assert p["trainer"]["gpu_bytes"] == p["gpu"]["memory_bytes"] - p["rollout"]["per_gpu_bytes"]["total"]
+        overrides = (out / "overrides.txt").read_text()
+        assert "ray_kwargs.ray_init.num_gpus=2" in overrides
+        assert "env_vars.RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES='1'" in overrides
+    else:
+        assert p["gpu"]["name"] == "rtx4090_24gb" and p["trainer"]["setup"]["offload_policy"]
+
+
+def test_shared_gpu_needs_one_gpu_per_pool(tmp_path):
+    proc = launcher("+experiment=qwen3_0p6b_1gpu", "method=pg", "backend.placement.rollout_gpus_per_node=2",
+                    f"results_root={tmp_path}", "backend.dry_run=true")
+    assert proc.returncode == 2 and "backend.placement.shared_gpu" in proc.stderr
