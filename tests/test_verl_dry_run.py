@@ -303,22 +303,22 @@ def test_the_transports_settings_are_checked(tmp_path):
         return changed
 
     rollout = "actor_rollout_ref.rollout"
-    project_cases = {  # verl 0.9.1: the project's transport
-        f"custom.{verl_head.CUSTOM_KEY} must be an integer >= 1": with_change(
-            f"{rollout}.custom.{verl_head.CUSTOM_KEY}", f"++{rollout}.custom.{verl_head.CUSTOM_KEY}=0"),
-        "max_logprobs=20 is below the head size 128": [
-            o for o in good if ho.parse(o)[0] != f"{rollout}.engine_kwargs.vllm.max_logprobs"],
-        "agent_loop_manager_class": with_change(f"{rollout}.agent.agent_loop_manager_class",
-                                                f"++{rollout}.agent.agent_loop_manager_class=verl.NoSuchManager"),
-        "single-turn": [*good, f"{rollout}.agent.default_agent_loop=tool_agent"],
-        "calculate_entropy": with_change("actor_rollout_ref.actor.calculate_entropy",
-                                         "actor_rollout_ref.actor.calculate_entropy=False"),
-        "top_p": with_change(f"{rollout}.top_p", f"{rollout}.top_p=0.9"),
-        "sc_correction": with_change("actor_rollout_ref.actor.policy_loss.loss_mode",
-                                     "actor_rollout_ref.actor.policy_loss.loss_mode=ablation_tis"),
-        "belongs to verl's own head transport": [*good, "++algorithm.rollout_correction.score_centering=True"],
-    }
-    if rev.transport() is rev.PROJECT_TRANSPORT:
+    if rev.transport() is rev.PROJECT_TRANSPORT:  # built here: its keys exist on this transport only
+        project_cases = {  # verl 0.9.1: the project's transport
+            f"custom.{verl_head.CUSTOM_KEY} must be an integer >= 1": with_change(
+                f"{rollout}.custom.{verl_head.CUSTOM_KEY}", f"++{rollout}.custom.{verl_head.CUSTOM_KEY}=0"),
+            "max_logprobs=20 is below the head size 128": [
+                o for o in good if ho.parse(o)[0] != f"{rollout}.engine_kwargs.vllm.max_logprobs"],
+            "agent_loop_manager_class": with_change(f"{rollout}.agent.agent_loop_manager_class",
+                                                    f"++{rollout}.agent.agent_loop_manager_class=verl.NoSuchManager"),
+            "single-turn": [*good, f"{rollout}.agent.default_agent_loop=tool_agent"],
+            "calculate_entropy": with_change("actor_rollout_ref.actor.calculate_entropy",
+                                             "actor_rollout_ref.actor.calculate_entropy=False"),
+            "top_p": with_change(f"{rollout}.top_p", f"{rollout}.top_p=0.9"),
+            "sc_correction": with_change("actor_rollout_ref.actor.policy_loss.loss_mode",
+                                         "actor_rollout_ref.actor.policy_loss.loss_mode=ablation_tis"),
+            "belongs to verl's own head transport": [*good, "++algorithm.rollout_correction.score_centering=True"],
+        }
         for needle, overrides in project_cases.items():
             with pytest.raises(ValueError, match=needle):
                 dry_run.check_against_installed_verl(overrides, score_centering=True)
