@@ -68,14 +68,26 @@ class Inputs:
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    """A single change that may make a side fit: the config key, the :class:`Inputs` field, its new value."""
+    """A single change that may make a side fit: the config key it sets and how it changes the :class:`Inputs`.
+
+    ``proposed(inputs)`` is the value the key would get (None where the knob does not apply); ``apply(inputs,
+    value)`` the inputs with it (by default the :class:`Inputs` field ``field`` set to the value).
+    """
 
     key: str
     field: str
-    value: Any  # or a callable (inputs) -> value, None when the knob does not apply
+    propose: Any  # (inputs) -> value or None
 
     def proposed(self, inputs: Inputs) -> Any:
-        return self.value(inputs) if callable(self.value) else self.value
+        return self.propose(inputs)
+
+    def apply(self, inputs: Inputs, value: Any) -> Inputs:
+        if self.field == "trainer_gpus":  # the key is per node; FSDP shards over all nodes' GPUs
+            return dataclasses.replace(inputs, trainer_gpus=value * inputs.trainer_nodes)
+        if self.field == "max_response_length":  # the micro-batch must still hold one whole sequence
+            work = dataclasses.replace(inputs.workload, max_response_length=value)
+            return dataclasses.replace(inputs, workload=work, tokens=min(inputs.tokens, work.max_prompt_length + value))
+        return dataclasses.replace(inputs, **{self.field: value})
 
 
 def _smaller_tokens(i: Inputs) -> int | None:
@@ -83,31 +95,36 @@ def _smaller_tokens(i: Inputs) -> int | None:
     return max(i.tokens // 2, floor) if i.tokens > floor else None
 
 
-#: The knobs tried on a side that does not fit, by the term they shrink.
+def _shorter_responses(i: Inputs) -> int | None:
+    """Half the response cap where the micro-batch is already one sequence: changes the experiment, said so."""
+    floor = i.workload.max_prompt_length + i.workload.max_response_length
+    return i.workload.max_response_length // 2 if i.tokens <= floor and i.workload.max_response_length >= 1024 else None
+
+
+_TOKENS = Knob("backend.actor.max_token_len_per_gpu", "tokens", _smaller_tokens)
+_RESPONSES = Knob("rollout.max_response_length", "max_response_length", _shorter_responses)
+_TP = Knob("backend.placement.rollout_tensor_parallel", "tensor_parallel",
+           lambda i: 2 * i.tensor_parallel if 2 * i.tensor_parallel <= i.rollout_gpus else None)
+_UTILISATION = Knob("backend.rollout_engine.gpu_memory_utilization", "gpu_memory_utilization",
+                    lambda i: 0.9 if i.gpu_memory_utilization < 0.9 else None)
+#: What a user must know of a knob beyond its value.
+KNOB_NOTES = {"rollout.max_response_length": "shorter responses: a different experiment, not comparable to the reference"}
+#: The knobs tried on a side that does not fit, by the term they shrink. (verl's entropy_checkpointing is not
+#: one: it recomputes the whole chunked entropy in the backward, which peaks higher than eager mode.)
 KNOBS: dict[str, tuple[Knob, ...]] = {
     "model_states": (Knob("backend.actor.offload_policy", "offload_policy", lambda i: True if not i.offload_policy else None),
                      Knob("backend.placement.trainer_gpus_per_node", "trainer_gpus",
-                          lambda i: 2 * i.trainer_gpus if not i.shared_gpu else None)),
-    "logits": (Knob("backend.actor.entropy_checkpointing", "entropy_checkpointing",
-                    lambda i: True if i.calculate_entropy and not i.entropy_checkpointing else None),
-               Knob("backend.actor.max_token_len_per_gpu", "tokens", _smaller_tokens)),
+                          lambda i: 2 * i.trainer_gpus // i.trainer_nodes if not i.shared_gpu else None)),
+    "logits": (_TOKENS, _RESPONSES),
     "activations": (Knob("backend.actor.gradient_checkpointing", "gradient_checkpointing",
-                         lambda i: True if not i.gradient_checkpointing else None),
-                    Knob("backend.actor.max_token_len_per_gpu", "tokens", _smaller_tokens)),
-    "sc_head": (Knob("backend.actor.max_token_len_per_gpu", "tokens", _smaller_tokens),),
+                         lambda i: True if not i.gradient_checkpointing else None), _TOKENS, _RESPONSES),
+    "sc_head": (_TOKENS, _RESPONSES),
     "gathered": (),
-    "weights": (Knob("backend.placement.rollout_tensor_parallel", "tensor_parallel",
-                     lambda i: 2 * i.tensor_parallel if 2 * i.tensor_parallel <= i.rollout_gpus else None),
-                Knob("backend.rollout_engine.gpu_memory_utilization", "gpu_memory_utilization",
-                     lambda i: 0.9 if i.gpu_memory_utilization < 0.9 else None)),
-    "kv_cache": (Knob("backend.placement.rollout_tensor_parallel", "tensor_parallel",
-                      lambda i: 2 * i.tensor_parallel if 2 * i.tensor_parallel <= i.rollout_gpus else None),
-                 Knob("backend.rollout_engine.gpu_memory_utilization", "gpu_memory_utilization",
-                      lambda i: 0.9 if i.gpu_memory_utilization < 0.9 else None),
-                 Knob("backend.rollout_engine.max_num_seqs", "max_num_seqs",
-                      lambda i: i.max_num_seqs // 2 if i.max_num_seqs > 16 else None)),
+    "weights": (_TP, _UTILISATION),
+    "kv_cache": (_TP, _UTILISATION, Knob("backend.rollout_engine.max_num_seqs", "max_num_seqs",
+                                         lambda i: i.max_num_seqs // 2 if i.max_num_seqs > 16 else None)),
     "cuda_context": (Knob("backend.rollout_engine.gpu_memory_utilization", "gpu_memory_utilization",
-                                     lambda i: round(i.gpu_memory_utilization - 0.05, 2)),),
+                          lambda i: round(i.gpu_memory_utilization - 0.05, 2)),),
 }
 
 
@@ -176,9 +193,9 @@ def _head_bytes(k: int) -> int:
 # -- the plan ----------------------------------------------------------------------------------
 def trainer_side(i: Inputs) -> dict[str, Any]:
     setup = {"offload_policy": i.offload_policy, "calculate_entropy": i.calculate_entropy,
-             "entropy_chunking": i.entropy_chunking, "entropy_chunk_rows": i.entropy_chunk_rows,
-             "entropy_checkpointing": i.entropy_checkpointing, "flash_attention": i.flash_attn,
-             "flash_cross_entropy": i.flash_attn, "temperature_copy": i.temperature != 1.0, "sc_top_k": i.sc_top_k}
+             "entropy_chunk_rows": i.entropy_chunk_rows if i.entropy_chunking else i.tokens,
+             "entropy_checkpointing": i.entropy_checkpointing, "flash_cross_entropy": i.flash_attn,
+             "temperature_copy": i.temperature != 1.0, "sc_top_k": i.sc_top_k}
     terms = trainer_mem.trainer_terms(i.shape, i.tokens, gradient_checkpointing=i.gradient_checkpointing,
                                       dp_size=i.trainer_gpus, **setup)
     reserve = i.cuda_context_bytes + i.trainer_nccl_bytes + int(i.fragmentation * terms["peak"])
@@ -256,9 +273,7 @@ def fixes(i: Inputs, side: str, terms: list[str]) -> list[dict[str, Any]]:
             if value is None or knob.key in seen:
                 continue
             seen.add(knob.key)
-            plan = evaluate(dataclasses.replace(i, **{knob.field: value}))[side]
-            if knob.field == "trainer_gpus":  # the key is per node; FSDP shards over all nodes' GPUs
-                value //= i.trainer_nodes
+            plan = evaluate(knob.apply(i, value))[side]
             out.append({"key": knob.key, "value": value, "fits": plan["fits"], "margin_bytes": plan["margin_bytes"]})
     return out
 
@@ -277,14 +292,14 @@ def combined_fix(i: Inputs, side: str, rounds: int = 4) -> list[dict[str, Any]] 
                 value = knob.proposed(i)
                 if value is None:
                     continue
-                trial = dataclasses.replace(i, **{knob.field: value})
+                trial = knob.apply(i, value)
                 margin = evaluate(trial)[side]["margin_bytes"]
                 if best is None or margin > best[0]:
                     best = (margin, knob, value, trial)
         if best is None:
             return None
         _, knob, value, i = best
-        changes.append({"key": knob.key, "value": value // i.trainer_nodes if knob.field == "trainer_gpus" else value})
+        changes.append({"key": knob.key, "value": value})
     return changes if evaluate(i)[side]["fits"] else None
 
 
@@ -311,6 +326,11 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
+def _knob_text(change: dict[str, Any]) -> str:
+    note = KNOB_NOTES.get(change["key"])
+    return f"{change['key']}={change['value']}" + (f" ({note})" if note else "")
+
+
 def refusal(p: dict[str, Any]) -> str | None:
     """The launch's refusal of a plan that does not fit (None when it fits): each side's limiting term and the
     knobs that would make it fit, or the ones tried."""
@@ -320,9 +340,9 @@ def refusal(p: dict[str, Any]) -> str | None:
         if s["fits"]:
             continue
         terms = ", ".join(s["limiting_terms"])
-        good = [f"{f['key']}={f['value']}" for f in s.get("fixes", []) if f["fits"]]
-        tried = [f"{f['key']}={f['value']}" for f in s.get("fixes", [])]
-        combined = [f"{c['key']}={c['value']}" for c in s.get("combined_fix") or []]
+        good = [_knob_text(f) for f in s.get("fixes", []) if f["fits"]]
+        tried = [_knob_text(f) for f in s.get("fixes", [])]
+        combined = [_knob_text(c) for c in s.get("combined_fix") or []]
         if good:
             fix = f"fits with {' or '.join(good)}"
         elif combined:
@@ -357,7 +377,7 @@ def markdown(p: dict[str, Any]) -> str:
              f"({'fits' if r['fits'] else 'does NOT fit'}, margin {_gb(r['margin_bytes'])}).", ""]
     lines += ["## Trainer GPU (FSDP2, one packed micro-batch)", "", "| term | bytes | GB |", "|---|---:|---:|"]
     labels = {"model_states": f"model states (fp32 weights, gradients, AdamW; sharded over {t['dp_size']})",
-              "gathered": "gathered units (bf16 root and two layers, a layer's gradients)",
+              "gathered": "gathered units (the root's bf16 weight and gradient and two layers; at the end, 9 V h)",
               "activations": f"activations at {t['tokens_per_micro_batch']:,} tokens (the stack's own peak)",
               "logits": "logits block, log-softmax / entropy temporaries, their gradient",
               "sc_head": "score-centering head and its gather workspace",
@@ -382,11 +402,10 @@ def markdown(p: dict[str, Any]) -> str:
             continue
         lines += [f"**The {side} GPU does not fit**: limiting {', '.join(s['limiting_terms'])}."]
         lines += [f"- {problem}" for problem in s.get("problems", [])]
-        lines += [f"- `{f['key']}={f['value']}`: {'fits' if f['fits'] else 'still does not fit'} (margin "
+        lines += [f"- {_knob_text(f)}: {'fits' if f['fits'] else 'still does not fit'} (margin "
                   f"{_gb(f['margin_bytes'])})" for f in s.get("fixes", [])]
         if s.get("combined_fix"):
-            lines.append("- all together: " + ", ".join(f"`{c['key']}={c['value']}`" for c in s["combined_fix"])
-                         + ": fits")
+            lines.append("- all together: " + ", ".join(_knob_text(c) for c in s["combined_fix"]) + ": fits")
         lines.append("")
     g = tm["generation"]
     lines += ["## Time (an estimate)", "",

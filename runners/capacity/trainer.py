@@ -2,43 +2,42 @@
 
 The update of verl 0.9.1's FSDP engine on one packed micro-batch of ``T`` tokens (``max_token_len_per_gpu``),
 for a Qwen3 decoder (``h`` hidden, ``q``/``kv`` attention widths, ``I`` MLP width, ``L`` layers, ``V``
-vocabulary, ``N`` parameters, ``P_l`` parameters per layer), sharded over ``D`` GPUs, bf16 compute:
+vocabulary, ``N`` parameters, ``P_l`` per layer), sharded over ``D`` GPUs, the forward under bf16 autocast.
+Every term was checked against torch's own accounting of the same step on fake tensors
+(``benchmarks/capacity_count.py``; the table in docs/capacity.md):
 
-* **model states** ``16 N / D``: fp32 master weights, fp32 gradients and AdamW's two fp32 moments, each
-  sharded; 0 with FSDP2's CPU offload policy (``offload_policy``: all four live on the host).
-* **gathered units** ``4 V h + 10 P_l``: the root unit (the tied embedding; the LM head when untied) is
-  all-gathered in bf16 from the forward to the end of the backward (FSDP2 does not reshard the root after
-  forward), and so is its bf16 gradient once the LM head's backward ran (``2 V h`` each); two decoder
-  layers in bf16 at a time (the one computing and the one prefetched, ``4 P_l``), and one layer's bf16
-  gradient plus its fp32 copy for the reduce-scatter (``6 P_l``).
-* **activations** per token, for one decoder layer's saved tensors (HF's Qwen3 layer; RMSNorm keeps an
-  fp32 copy of its input, 4 bytes, the normalised bf16 input and its bf16 output, 2 + 2 bytes per element):
-  ``A = 16 h + 14 q + 14 kv + 8 I + 4 heads`` bytes with flash-attn (its output is already contiguous; 2
-  ``q`` more where attention's output is transposed into a copy, as with sdpa): two norms ``8 h`` each;
-  ``q``: the fp32 copy, the normalised and the q-norm's output, the rotated half, the rotated q (2 + 2 + 2 +
-  2 + 4) and the attention output (2); ``kv``: the same for k (12) and v (2); the MLP's gate, up, SiLU and
-  product (``2 I`` each); attention's log-sum-exp (fp32 per head). With gradient checkpointing each layer
-  keeps only its bf16 input (``2 h``) and one layer is recomputed at a time (``A``); without it every layer
-  keeps ``A``. Plus the final norm (``8 h``) and a backward workspace of ``6 I + 4 h`` (a layer's gradients
-  in flight).
-* **logits** ``T x V``: the bf16 block (``2``; twice with a temperature other than 1); the entropy, where
-  computed in the update pass: verl's chunked function in eager mode keeps each chunk's fp32 copy and its
-  softmax for a backward that never runs (``8``; entropy_coeff is 0, but the graph lives as long as the
-  entropy tensor), the unchunked one the bf16 softmax (``2``), and with ``entropy_checkpointing`` nothing
-  (a chunk's three fp32 temporaries, ``12 x chunk x V``, while it runs); the log-probs: flash-attn's
-  cross-entropy keeps only the log-sum-exp, verl's torch fallback (bf16) each row's log-softmax (``2``);
-  the backward: the logits' bf16 gradient (``2``; twice on the torch fallback, whose per-row gradients are
-  stacked).
-* **score-centering head** (``k`` ids per token): the ids (int64), the sampler's and the trainer's head
-  log-probs (fp32), ``16 k T``; its own fp32 workspace of ``chunk x V`` (``ablations.score_centering``); and
-  the logits' gradient it returns (``2 T V``), alive beside the log-probs' until autograd sums them.
+* **model states** ``16 N / D``: fp32 master weights, gradients and AdamW's two moments, sharded (0 with
+  FSDP2's CPU offload policy); the gradients exist from the layers' backward to the step, and the step's
+  foreach ``sqrt`` adds one fp32 copy of the shard (``20 N / D`` at the step).
+* **gathered units**: verl passes ``reshard_after_forward=True``, so even the root unit (the tied embedding
+  and the final norm) is resharded after the forward and gathered again once the logits path's backward has
+  made the logits' gradient: then its bf16 weight and bf16 gradient (``4 V h``) beside that gradient; two bf16
+  decoder layers (``4 P_l``: the one computing and the one prefetched); at the end of the backward the tied
+  weight's second gradient, the gathered root and the fp32 copy for the reduce-scatter (``9 V h``).
+* **activations** per token: one decoder layer keeps ``A = 16 h + 10 q + 10 kv + 8 I + 8 heads + 4 kv_heads
+  + 8`` bytes (two RMSNorms, each an fp32 copy of its input, the normalised bf16 input and its output: ``8 h``;
+  q: q-norm's fp32 copy and normalised value, the rotated q attention saves, the attention output ``4 + 2 + 2
+  + 2``; k the same without the output, v ``2``; the MLP's gate, up, SiLU and product ``2 I`` each; fp32
+  rsqrt and log-sum-exp per head). With gradient checkpointing each layer keeps its bf16 input (``2 h``) and
+  one layer is recomputed at a time, with its gate and up gradients in flight (``A + 4 I``); without it every
+  layer keeps ``A``. The final norm keeps ``8 h`` until the logits' backward.
+* **logits**, in units of ``T V``: the bf16 block (2; twice with a temperature other than 1); the log-probs:
+  flash-attn's cross-entropy keeps one fp32 log-sum-exp per row and writes a new bf16 gradient (2), verl's
+  torch fallback keeps each row's fp32 log-softmax (4, autocast) which its backward turns into the bf16
+  gradient; the entropy where the update computes it: verl's chunked function in eager mode keeps each
+  chunk's fp32 copy and softmax (8) and, being in the loss at coefficient 0, is backpropagated: its backward
+  peaks at ``10 T V + 20 C V`` (``C`` the chunk rows; read off torch's accounting); with
+  ``entropy_checkpointing`` verl recomputes the whole chunked function in the backward: nothing kept, but
+  the recomputation peaks at ``12 T V + 20 C V``, above eager mode.
+* **score-centering head** (``k`` ids per token): ids (int64) and the sampler's and trainer's head log-probs
+  (fp32), ``16 k T``; the gather's fp32 block of ``chunk x V``; the logits' gradient it returns (``2 T V``),
+  alive beside the log-probs' until autograd sums them.
 
-The peak is the largest of three moments (the terms' own peaks do not coincide): the forward's end
-(checkpointed inputs, the logits path, a running entropy chunk), the start of the backward (the same with
-the logits' gradients instead of the chunk, and the head's) and a layer's recomputation (checkpointed
-inputs, one layer, the workspace, and whatever the entropy keeps). ``total`` adds the model states, the
-gathered units and a reserve. torch.compile of the entropy function (the reference's
-``use_torch_compile``) may keep less than eager mode; the plan counts eager mode.
+The peak is the largest of seven moments, each the sum of what lives then (:func:`moments`): the forward's
+end, the start of the backward, the entropy's backward, the LM head's backward, a layer's recomputation, the
+end of the backward and the optimizer step. ``total`` adds a reserve. torch.compile of the entropy function (verl's
+``use_torch_compile``) may keep less than eager mode (its min-cut partition keeps one fp32 copy, 4 T V, but
+the fused kernels' peak cannot be counted on a CPU); the plan counts eager mode.
 """
 
 from __future__ import annotations
@@ -60,91 +59,88 @@ class TrainerSetup:
     gradient_checkpointing: bool = True
     offload_policy: bool = False  # FSDP2 CPUOffloadPolicy: states on the host
     calculate_entropy: bool = False
-    entropy_chunking: bool = True
     entropy_chunk_rows: int = 2048
     entropy_checkpointing: bool = False
-    flash_attention: bool = True  # attention output already contiguous (flash-attn); False: sdpa's copy
     flash_cross_entropy: bool = True  # flash-attn's cross-entropy for the log-probs; False: verl's torch fallback
     temperature_copy: bool = False  # temperature != 1: the scaled logits are a second block
     sc_top_k: int = 0  # the sampler's head size of an SC arm; 0: no head
     sc_chunk_rows: int = 1024  # ablations.score_centering.head_log_probs' chunk
 
 
-def layer_activation_bytes_per_token(shape: ModelShape, *, flash_attention: bool = True) -> int:
-    """``A``: the bytes one decoder layer saves for its backward, per token (the module docstring)."""
+def layer_activation_bytes_per_token(shape: ModelShape) -> int:
+    """``A``: the bytes one decoder layer keeps for its backward, per token (the module docstring)."""
     h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
-    per_token = 16 * h + 14 * q + 14 * kv + 8 * shape.intermediate_size + FP32 * shape.num_attention_heads
-    return per_token + (0 if flash_attention else BF16 * q)
+    return (16 * h + 10 * q + 10 * kv + 8 * shape.intermediate_size + 2 * FP32 * shape.num_attention_heads
+            + FP32 * shape.num_key_value_heads + 2 * FP32)
 
 
-def model_state_bytes(shape: ModelShape, setup: TrainerSetup) -> int:
-    return 0 if setup.offload_policy else 4 * FP32 * shape.parameters // setup.dp_size
+def activation_bytes(shape: ModelShape, s: TrainerSetup) -> tuple[int, int]:
+    """``(kept through the backward, extra while a layer is recomputed)`` by the decoder stack."""
+    t, h, layer = s.tokens, shape.hidden_size, layer_activation_bytes_per_token(shape)
+    workspace = 4 * shape.intermediate_size * t
+    if s.gradient_checkpointing:
+        return shape.num_hidden_layers * BF16 * h * t, layer * t + workspace
+    return shape.num_hidden_layers * layer * t, BF16 * h * t + workspace
 
 
-def gathered_bytes(shape: ModelShape) -> int:
-    root = shape.embedding_parameters
-    layer = shape.layer_parameters
-    return 2 * BF16 * root + 2 * BF16 * layer + (BF16 + FP32) * layer
+def logits_bytes(shape: ModelShape, s: TrainerSetup) -> dict[str, int]:
+    """The logits path at its moments: ``forward_end``, ``backward_start`` (without the head) and
+    ``entropy_backward``, and what the entropy ``kept``."""
+    tv, cv = s.tokens * shape.vocab_size, min(s.entropy_chunk_rows, s.tokens) * shape.vocab_size
+    block = BF16 * tv * (2 if s.temperature_copy else 1)
+    log_probs = FP32 * s.tokens if s.flash_cross_entropy else FP32 * tv
+    gradient = BF16 * tv
+    kept = 2 * FP32 * tv if s.calculate_entropy and not s.entropy_checkpointing else 0
+    entropy_backward = 0
+    if s.calculate_entropy:
+        entropy_backward = (12 if s.entropy_checkpointing else 10) * tv + 20 * cv
+    return {"kept": kept, "forward_end": block + kept + log_probs,
+            "backward_start": block + kept + max(log_probs, gradient), "entropy_backward": entropy_backward}
 
 
-def activation_moments(shape: ModelShape, setup: TrainerSetup) -> tuple[int, int]:
-    """``(kept through the whole backward, extra while a layer is recomputed)`` in bytes."""
-    t, h = setup.tokens, shape.hidden_size
-    layer = layer_activation_bytes_per_token(shape, flash_attention=setup.flash_attention)
-    kept_per_layer = BF16 * h if setup.gradient_checkpointing else layer
-    kept = (shape.num_hidden_layers * kept_per_layer + 8 * h) * t
-    workspace = (6 * shape.intermediate_size + 4 * h) * t
-    return kept, (layer * t if setup.gradient_checkpointing else 0) + workspace
-
-
-def entropy_bytes(shape: ModelShape, setup: TrainerSetup) -> tuple[int, int]:
-    """``(kept until the micro-batch ends, extra while it runs)`` by the entropy of the update pass."""
-    if not setup.calculate_entropy:
-        return 0, 0
-    tv = setup.tokens * shape.vocab_size
-    rows = min(setup.entropy_chunk_rows, setup.tokens) if setup.entropy_chunking else setup.tokens
-    if setup.entropy_checkpointing:
-        return 0, 3 * FP32 * rows * shape.vocab_size
-    if setup.entropy_chunking:
-        return 2 * FP32 * tv, FP32 * rows * shape.vocab_size
-    return BF16 * tv, BF16 * tv
-
-
-def logits_moments(shape: ModelShape, setup: TrainerSetup) -> tuple[int, int, int, int]:
-    """``(kept by the entropy, the block and the log-probs' saved tensors, extra while the entropy runs, the
-    backward's gradients)``."""
-    tv = setup.tokens * shape.vocab_size
-    entropy_kept, entropy_running = entropy_bytes(shape, setup)
-    block = BF16 * tv * (2 if setup.temperature_copy else 1)
-    log_probs = FP32 * setup.tokens if setup.flash_cross_entropy else BF16 * tv
-    gradient = BF16 * tv * (1 if setup.flash_cross_entropy else 2)
-    return entropy_kept, block + log_probs, entropy_running, gradient
-
-
-def sc_head_moments(shape: ModelShape, setup: TrainerSetup) -> tuple[int, int]:
+def sc_head_bytes(shape: ModelShape, s: TrainerSetup) -> tuple[int, int]:
     """``(kept, extra at the start of the backward)`` by the score-centering head (0 without one)."""
-    if setup.sc_top_k <= 0:
+    if s.sc_top_k <= 0:
         return 0, 0
-    kept = (8 + FP32 + FP32) * setup.sc_top_k * setup.tokens
-    workspace = FP32 * min(setup.sc_chunk_rows, setup.tokens) * shape.vocab_size
-    return kept, BF16 * setup.tokens * shape.vocab_size + workspace
+    kept = (8 + FP32 + FP32) * s.sc_top_k * s.tokens
+    workspace = FP32 * min(s.sc_chunk_rows, s.tokens) * shape.vocab_size
+    return kept, BF16 * s.tokens * shape.vocab_size + workspace
+
+
+def moments(shape: ModelShape, s: TrainerSetup) -> dict[str, int]:
+    """What lives on the GPU at each moment of the micro-batch and its optimizer step (bytes)."""
+    params_and_optimizer = 0 if s.offload_policy else 3 * FP32 * shape.parameters // s.dp_size
+    states = 0 if s.offload_policy else 4 * FP32 * shape.parameters // s.dp_size
+    vh, layer = shape.embedding_parameters, shape.layer_parameters
+    kept, recompute = activation_bytes(shape, s)
+    final_norm = 8 * shape.hidden_size * s.tokens
+    lg = logits_bytes(shape, s)
+    sc_kept, sc_backward = sc_head_bytes(shape, s)
+    return {
+        "forward_end": params_and_optimizer + kept + final_norm + lg["forward_end"] + sc_kept,
+        "backward_start": params_and_optimizer + kept + final_norm + lg["backward_start"] + sc_kept + sc_backward,
+        "entropy_backward": params_and_optimizer + kept + final_norm + lg["entropy_backward"] + sc_kept,
+        "lm_head_backward": params_and_optimizer + 2 * BF16 * vh + kept + final_norm + BF16 * s.tokens * shape.vocab_size,
+        "layer_recompute": states + BF16 * vh + 2 * BF16 * layer + kept + recompute,
+        "backward_end": states + 9 * vh,
+        "optimizer_step": 0 if s.offload_policy else 5 * FP32 * shape.parameters // s.dp_size,
+    }
 
 
 def trainer_terms(shape: ModelShape, tokens: int, *, gradient_checkpointing: bool = True, dp_size: int = 1,
                   reserve_bytes: int = 0, **setup: object) -> dict[str, int]:
     """Bytes per trainer GPU by term: ``model_states``, ``gathered``, ``activations`` (the decoder stack's own
-    peak), ``logits`` (the logits path's own peak), ``sc_head``, ``peak`` (the larger moment of the module
-    docstring, states and gathered units included), ``reserve`` and ``total = peak + reserve``. ``setup``:
-    further fields of :class:`TrainerSetup`."""
+    peak), ``logits`` (the logits path's own peak), ``sc_head`` (its extra at the start of the backward),
+    ``peak`` (the largest of :func:`moments`), ``reserve`` and ``total = peak + reserve``. ``setup``: further
+    fields of :class:`TrainerSetup`."""
     s = TrainerSetup(tokens=tokens, dp_size=dp_size, gradient_checkpointing=gradient_checkpointing, **setup)
-    kept, recompute = activation_moments(shape, s)
-    entropy_kept, logits_saved, entropy_running, logits_grad = logits_moments(shape, s)
-    sc_kept, sc_backward = sc_head_moments(shape, s)
-    states, gathered = model_state_bytes(shape, s), gathered_bytes(shape)
-    moments = (kept + entropy_kept + logits_saved + entropy_running,  # the forward's end
-               kept + entropy_kept + logits_saved + logits_grad + sc_kept + sc_backward,  # the backward's start
-               kept + recompute + entropy_kept + sc_kept)  # a layer recomputed
-    peak = states + gathered + max(moments)
-    return {"model_states": states, "gathered": gathered, "activations": kept + recompute,
-            "logits": entropy_kept + logits_saved + max(entropy_running, logits_grad), "sc_head": sc_kept + sc_backward,
-            "peak": peak, "reserve": int(reserve_bytes), "total": peak + int(reserve_bytes)}
+    vh, layer = shape.embedding_parameters, shape.layer_parameters
+    kept, recompute = activation_bytes(shape, s)
+    lg = logits_bytes(shape, s)
+    sc_kept, sc_backward = sc_head_bytes(shape, s)
+    peak = max(moments(shape, s).values())
+    return {"model_states": 0 if s.offload_policy else 4 * FP32 * shape.parameters // dp_size,
+            "gathered": max(2 * BF16 * vh + 2 * BF16 * layer, 9 * vh), "activations": kept + recompute,
+            "logits": max(lg["forward_end"], lg["backward_start"], lg["entropy_backward"]),
+            "sc_head": sc_kept + sc_backward, "peak": peak, "reserve": int(reserve_bytes),
+            "total": peak + int(reserve_bytes)}

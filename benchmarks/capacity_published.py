@@ -1,0 +1,115 @@
+"""The capacity plan's time estimate against published step times (docs/capacity.md, "Time against published runs").
+
+    python benchmarks/capacity_published.py [--json FILE]
+
+For each published run whose setup is known well enough, the plan's timing model
+(:mod:`runners.capacity.timing`, with the project's default assumptions of ``conf/backend/verl.yaml``) is run
+on that setup and set beside the published figure, as a ratio estimate / published. Where the run does not
+publish its mean response length, the estimate is given at three assumed means (a quarter, half and all of
+the response cap), so the spread the unknown length alone causes is visible. Figures and their sources:
+
+* slime issue #385 (github.com/THUDM/slime/issues/385): verl at "equal config" to slime's Qwen3-0.6B recipe on
+  2 x H200, 1,152 prompts x 5 responses of at most 1,024 tokens, trainer and rollout colocated: 33.6 s per
+  step, 9.1 s of it generation;
+* SkyRL PR #2244 (github.com/NovaSky-AI/SkyRL/pull/2244): Qwen3-1.7B-Base on 8 x H100, 4 FSDP trainer GPUs and
+  4 vLLM engines at TP 1, fully async, 32 prompts per step: policy training 14 s per step, 18-20 s per step;
+  the responses per prompt and the lengths are not published (assumed here: 8 responses, cap 8,192);
+* verl PR #8010 (commit 8718ca30, from a secondary digest): Qwen3-0.6B on Countdown, 2 x RTX PRO 6000 (96 GB,
+  1,792 GB/s, 500 dense bf16 TFLOPS derived from the 4,000 sparse FP4 TOPS), 64 prompts x 8 responses: PG 14-17
+  s per step, SC 25 s (14-16 s once vLLM returned flat log-probs); the placement and the lengths are not
+  published (assumed: one trainer and one vLLM GPU, prompts of 256 and responses of at most 1,024 tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from runners.capacity import rollout, timing
+from runners.capacity.shapes import PUBLISHED
+
+ROOT = Path(__file__).resolve().parents[1]
+FRACTIONS = (0.25, 0.5, 1.0)
+
+
+def default_assumptions() -> timing.TimeAssumptions:
+    """The time assumptions as ``conf/backend/verl.yaml`` sets them."""
+    time = OmegaConf.load(ROOT / "conf" / "backend" / "verl.yaml").capacity.time
+    return timing.TimeAssumptions(**{f.name: float(time[f.name]) for f in dataclasses.fields(timing.TimeAssumptions)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    name: str
+    model: str
+    gpu_bytes: float
+    bandwidth: float
+    flops: float
+    trainer_gpus: int
+    rollout_gpus: int
+    shared: bool
+    utilization: float
+    prompts: int
+    n: int
+    max_prompt: int
+    max_response: int
+    figures: dict[str, str]  # what was published: quantity -> seconds (text)
+    compare: dict[str, float]  # quantity -> the published seconds a ratio is taken against (mid of a range)
+
+
+RUNS = (
+    Published("slime #385, verl at equal config", "Qwen/Qwen3-0.6B", 141e9, 4.8e12, 989.5e12, 2, 2, True, 0.5,
+              1_152, 5, 256, 1_024, {"step": "33.6", "generation": "9.1"}, {"step": 33.6, "generation": 9.1}),
+    Published("SkyRL #2244", "Qwen/Qwen3-1.7B", 80e9, 3.35e12, 989.5e12, 4, 4, False, 0.85, 32, 8, 1_024, 8_192,
+              {"step": "18-20", "training": "14"}, {"step": 19.0, "training": 14.0}),
+    Published("verl #8010 (PG)", "Qwen/Qwen3-0.6B", 96e9, 1.792e12, 500e12, 1, 1, False, 0.85, 64, 8, 256, 1_024,
+              {"step": "14-17"}, {"step": 15.5}),
+)
+
+
+def estimate(run: Published, fraction: float, ta: timing.TimeAssumptions) -> dict[str, float]:
+    shape = PUBLISHED[run.model]
+    setup = rollout.RolloutSetup(gpu_bytes=int(run.gpu_bytes), gpu_memory_utilization=run.utilization,
+                                 sequence_tokens=run.max_prompt + run.max_response, outside_torch_bytes=500_000_000,
+                                 cuda_graph_bytes=1_000_000_000)
+    r = rollout.rollout_terms(shape, setup)
+    hw = timing.Hardware(bandwidth_bytes_per_s=run.bandwidth, bf16_flops=run.flops, trainer_gpus=run.trainer_gpus,
+                         rollout_gpus=run.rollout_gpus, tensor_parallel=1, shared_gpu=run.shared,
+                         weights_bytes_per_rank=r["weights"], kv_bytes_per_token=r["kv_bytes_per_token"],
+                         kv_capacity_tokens=r["kv_capacity_tokens"], max_num_seqs=256)
+    work = timing.Workload(prompts_per_step=run.prompts, n=run.n, max_prompt_length=run.max_prompt,
+                           max_response_length=run.max_response, total_steps=1, test_freq=0, eval_prompts=0, eval_n=0,
+                           gradient_checkpointing=True, tokens_per_micro_batch=16_384)
+    out = timing.step_and_experiment(shape, work, hw, dataclasses.replace(ta, mean_response_fraction=fraction))
+    return {"step": out["step_seconds"], "generation": out["generation"]["seconds"], "training": out["train_seconds"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    ta = default_assumptions()
+    rows = []
+    print("| run | quantity | published (s) | " + " | ".join(f"estimate at mean response {f:g} x cap (s)"
+                                                          for f in FRACTIONS) + " | ratio at 0.5 |")
+    print("|---|---|---:|" + "---:|" * len(FRACTIONS) + "---:|")
+    for run in RUNS:
+        estimates = {f: estimate(run, f, ta) for f in FRACTIONS}
+        for quantity, published in run.compare.items():
+            values = [estimates[f][quantity] for f in FRACTIONS]
+            ratio = estimates[0.5][quantity] / published
+            rows.append({"run": run.name, "quantity": quantity, "published": run.figures[quantity],
+                         "estimates": dict(zip(map(str, FRACTIONS), values, strict=True)), "ratio_at_half": ratio})
+            print(f"| {run.name} | {quantity} | {run.figures[quantity]} | " + " | ".join(f"{v:.1f}" for v in values)
+                  + f" | {ratio:.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"assumptions": dataclasses.asdict(ta), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
