@@ -191,7 +191,8 @@ def _head_bytes(k: int) -> int:
 
 
 # -- the plan ----------------------------------------------------------------------------------
-def trainer_side(i: Inputs) -> dict[str, Any]:
+def trainer_side(i: Inputs, rollout_total: int) -> dict[str, Any]:
+    """The trainer GPU's plan; on a GPU shared with vLLM (``rollout_total`` bytes) the trainer gets the rest."""
     setup = {"offload_policy": i.offload_policy, "calculate_entropy": i.calculate_entropy,
              "entropy_chunk_rows": i.entropy_chunk_rows if i.entropy_chunking else i.tokens,
              "entropy_checkpointing": i.entropy_checkpointing, "flash_cross_entropy": i.flash_attn,
@@ -203,7 +204,7 @@ def trainer_side(i: Inputs) -> dict[str, Any]:
     other = trainer_mem.trainer_terms(i.shape, i.tokens, gradient_checkpointing=not i.gradient_checkpointing,
                                       dp_size=i.trainer_gpus, **setup)["activations"]
     with_ckpt, without = (terms["activations"], other) if i.gradient_checkpointing else (other, terms["activations"])
-    budget = i.gpu_bytes - (rollout_side(i)["per_gpu_bytes"]["total"] if i.shared_gpu else 0)
+    budget = i.gpu_bytes - (rollout_total if i.shared_gpu else 0)
     return {"per_gpu_bytes": terms, "activations_with_checkpointing": with_ckpt,
             "activations_without_checkpointing": without, "gpu_bytes": budget, "tokens_per_micro_batch": i.tokens,
             "dp_size": i.trainer_gpus, "setup": setup, "fits": terms["total"] <= budget,
@@ -252,7 +253,7 @@ def time_side(i: Inputs, rollout: dict[str, Any]) -> dict[str, Any]:
 def evaluate(i: Inputs) -> dict[str, Any]:
     """The plan of these inputs (no knob search): trainer, rollout and time."""
     rollout = rollout_side(i)
-    trainer = trainer_side(i)
+    trainer = trainer_side(i, rollout["per_gpu_bytes"]["total"])
     if not trainer["fits"]:
         trainer["limiting_terms"] = [limiting_term(trainer["per_gpu_bytes"])]
     return {"trainer": trainer, "rollout": rollout, "time": time_side(i, rollout),
