@@ -119,7 +119,7 @@ def find_config(path: str) -> tuple[dict[str, Any], str] | None:
         if (config := read_config(config_file)) is not None:
             return config, str(config_file)
     if path in PUBLISHED:
-        return PUBLISHED[path].as_dict(), f"the published config.json of {path} (runners/capacity/shapes.py)"
+        return PUBLISHED[path].as_dict(), f"the published config.json of {path}"
     return None
 
 
