@@ -91,6 +91,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("is_threshold_default", "the recorded default TIS cap is not verl's", "runners/verl_backend/revisions.py",
              "DEFAULT_IS_THRESHOLD = 2.0", "DEFAULT_IS_THRESHOLD = 2.5",
              ("tests/test_verl_dry_run.py::test_default_threshold_is_verls",)),
+    # -- the capacity plan
+    Mutation("capacity_entropy_not_kept", "the capacity plan forgets the entropy's fp32 chunks kept for its backward",
+             "runners/capacity/trainer.py",
+             "kept = 2 * FP32 * tv if s.calculate_entropy and not s.entropy_checkpointing else 0",
+             "kept = 0",
+             ("tests/test_capacity.py",)),
+    Mutation("capacity_refusal_ignored", "a launch whose capacity plan does not fit is not refused",
+             "runners/verl_backend/checks.py",
+             "    if reason is not None and enforce:\n        raise ValueError(reason)",
+             "    if reason is not None and enforce and False:\n        raise ValueError(reason)",
+             ("tests/test_capacity.py",)),
 )
 
 
