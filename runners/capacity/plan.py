@@ -228,7 +228,7 @@ def rollout_side(i: Inputs) -> dict[str, Any]:
                          f"({_gb(kv_needed)}): vLLM refuses to start"))
     if not outside_fits:
         problems.append(("cuda_context", f"gpu_memory_utilization x the GPU plus the CUDA context "
-                                                     f"({_gb(r['total'])}) exceed the GPU ({_gb(i.gpu_bytes)})"))
+                                         f"({_gb(r['total'])}) exceed the GPU ({_gb(i.gpu_bytes)})"))
     per_gpu = {k: r[k] for k in ("weights", "activation_peak", "outside_torch", "cuda_graphs", "kv_cache",
                                  "cuda_context", "total")}
     return {"per_gpu_bytes": per_gpu, "kv_bytes_per_token": r["kv_bytes_per_token"],
