@@ -111,6 +111,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from runners.capacity.shapes import PUBLISHED as SHAPES  # noqa: E402
+
 ENTROPY_CHUNK = 2048  # verl's entropy_from_logits_chunk_size default
 FLASH_BLOCK_ROWS = 64  # rows per block of FlashCrossEntropyStandIn
 #: What :func:`count` can count, each by an isolated run of its own (``parts``).
@@ -124,18 +126,9 @@ GATHERED = ("Unsharded Param", "Unsharded Grad", "All Gather", "Reduce Scatter")
 GROUPS = {"transient": TRANSIENT, "gathered": GATHERED, "unsharded": GATHERED[:2],
           "gathered_and_transient": GATHERED + TRANSIENT}
 
-_QWEN3 = {"vocab_size": 151_936, "head_dim": 128, "num_key_value_heads": 8, "rms_norm_eps": 1e-6}
-#: Published Qwen3 dense shapes (hf.co/Qwen/<name>/blob/main/config.json).
-PUBLISHED: dict[str, dict[str, Any]] = {
-    "Qwen3-0.6B": {**_QWEN3, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-                   "num_attention_heads": 16, "tie_word_embeddings": True},
-    "Qwen3-1.7B": {**_QWEN3, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
-                   "num_attention_heads": 16, "tie_word_embeddings": True},
-    "Qwen3-4B": {**_QWEN3, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-                 "num_attention_heads": 32, "tie_word_embeddings": True},
-    "Qwen3-8B": {**_QWEN3, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-                 "num_attention_heads": 32, "tie_word_embeddings": False},
-}
+#: Published Qwen3 dense shapes by short name (``runners.capacity.shapes.PUBLISHED``, the models' config.json).
+PUBLISHED: dict[str, dict[str, Any]] = {name.split("/", 1)[1]: {**shape.as_dict(), "rms_norm_eps": 1e-6}
+                                        for name, shape in SHAPES.items()}
 _SIZE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "tie_word_embeddings")
 

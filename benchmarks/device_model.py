@@ -25,13 +25,13 @@ import torch
 from device_measure import Budget, Clock, Meter, PartSkipped, check_fits, free_memory, is_oom, median
 
 from ablations.score_centering import head_log_probs
+from runners.capacity.shapes import PUBLISHED, ModelShape
 
-_QWEN3 = {"vocab_size": 151_936, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
-          "head_dim": 128, "tie_word_embeddings": True, "max_position_embeddings": 40_960, "rms_norm_eps": 1e-6}
-#: Published shapes (the models' config.json), and a tiny one for --cpu-small.
+_HF = {"max_position_embeddings": 40_960, "rms_norm_eps": 1e-6}
+#: Published shapes (``runners.capacity.shapes``, the models' config.json), and a tiny one for --cpu-small.
 SHAPES: dict[str, dict] = {
-    "Qwen3-0.6B": {**_QWEN3, "hidden_size": 1024, "intermediate_size": 3072},
-    "Qwen3-1.7B": {**_QWEN3, "hidden_size": 2048, "intermediate_size": 6144},
+    "Qwen3-0.6B": {**PUBLISHED["Qwen/Qwen3-0.6B"].as_dict(), **_HF},
+    "Qwen3-1.7B": {**PUBLISHED["Qwen/Qwen3-1.7B"].as_dict(), **_HF},
     "tiny-qwen3": {"vocab_size": 32_000, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                    "head_dim": 16, "tie_word_embeddings": True, "max_position_embeddings": 4096,
                    "rms_norm_eps": 1e-6, "hidden_size": 64, "intermediate_size": 128},
@@ -39,12 +39,8 @@ SHAPES: dict[str, dict] = {
 
 
 def parameter_count(shape: dict) -> int:
-    """Parameters of a Qwen3 decoder of this shape (for the fit estimate only)."""
-    h, inter, hd = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
-    q, kv = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
-    layer = h * q + 2 * h * kv + q * h + 3 * h * inter + 2 * h + 2 * hd
-    embeddings = shape["vocab_size"] * h * (1 if shape["tie_word_embeddings"] else 2)
-    return embeddings + shape["num_hidden_layers"] * layer + h
+    """Parameters of a Qwen3 decoder of this shape (:class:`runners.capacity.shapes.ModelShape`)."""
+    return ModelShape.from_config(shape).parameters
 
 
 def estimate_bytes(shape: dict, tokens: int, chunk_rows: int) -> int:
