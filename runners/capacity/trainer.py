@@ -107,10 +107,16 @@ def sc_head_bytes(shape: ModelShape, s: TrainerSetup) -> tuple[int, int]:
     return kept, BF16 * s.tokens * shape.vocab_size + workspace
 
 
+def sharded_fp32_bytes(shape: ModelShape, s: TrainerSetup, copies: int) -> int:
+    """``copies`` fp32 copies of this GPU's shard of the parameters (0 where FSDP2 offloads them to the host):
+    weights, gradients and two AdamW moments are 4; the optimizer step's foreach temporary makes 5."""
+    return 0 if s.offload_policy else copies * FP32 * shape.parameters // s.dp_size
+
+
 def moments(shape: ModelShape, s: TrainerSetup) -> dict[str, int]:
     """What lives on the GPU at each moment of the micro-batch and its optimizer step (bytes)."""
-    params_and_optimizer = 0 if s.offload_policy else 3 * FP32 * shape.parameters // s.dp_size
-    states = 0 if s.offload_policy else 4 * FP32 * shape.parameters // s.dp_size
+    params_and_optimizer = sharded_fp32_bytes(shape, s, 3)  # no gradients before the layers' backward
+    states = sharded_fp32_bytes(shape, s, 4)
     vh, layer = shape.embedding_parameters, shape.layer_parameters
     kept, recompute = activation_bytes(shape, s)
     final_norm = 8 * shape.hidden_size * s.tokens
@@ -123,7 +129,7 @@ def moments(shape: ModelShape, s: TrainerSetup) -> dict[str, int]:
         "lm_head_backward": params_and_optimizer + 2 * BF16 * vh + kept + final_norm + BF16 * s.tokens * shape.vocab_size,
         "layer_recompute": states + BF16 * vh + 2 * BF16 * layer + kept + recompute,
         "backward_end": states + 9 * vh,
-        "optimizer_step": 0 if s.offload_policy else 5 * FP32 * shape.parameters // s.dp_size,
+        "optimizer_step": sharded_fp32_bytes(shape, s, 5),
     }
 
 
@@ -139,7 +145,7 @@ def trainer_terms(shape: ModelShape, tokens: int, *, gradient_checkpointing: boo
     lg = logits_bytes(shape, s)
     sc_kept, sc_backward = sc_head_bytes(shape, s)
     peak = max(moments(shape, s).values())
-    return {"model_states": 0 if s.offload_policy else 4 * FP32 * shape.parameters // dp_size,
+    return {"model_states": sharded_fp32_bytes(shape, s, 4),
             "gathered": max(2 * BF16 * vh + 2 * BF16 * layer, 9 * vh), "activations": kept + recompute,
             "logits": max(lg["forward_end"], lg["backward_start"], lg["entropy_backward"]),
             "sc_head": sc_kept + sc_backward, "peak": peak, "reserve": int(reserve_bytes),
