@@ -63,9 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in e.problems:
             print(f"  {line}", file=sys.stderr)
         return 2
+    if report.sweep.apart:
+        print(f"warning: {len(report.sweep.apart)} run(s) trained differently from their peers; each is its own row, "
+              "not pooled with its arm's seeds (--strict makes this an error):", file=sys.stderr)
+        for line in report.sweep.peers.apart_lines():
+            print(f"  {line}", file=sys.stderr)
     if report.sweep.skipped:
         print(f"warning: skipped {len(report.sweep.skipped)} run folder(s) whose record (metrics.json, "
-              "config.yaml) fails the contract (--strict makes this an error):", file=sys.stderr)
+              "config.yaml) or val files fail the contract (--strict makes this an error):", file=sys.stderr)
         for path, reasons in report.sweep.skipped.items():
             print(f"  {path}:", file=sys.stderr)
             for reason in reasons:

@@ -95,8 +95,8 @@ def run_traits(run_dir: str | Path) -> ArmTraits | None:
     import yaml
 
     try:
-        config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
-    except (OSError, yaml.YAMLError):
+        config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # a UnicodeDecodeError (not UTF-8) is a ValueError
         return None
     method = config.get("method") if isinstance(config, dict) else None
     return arm_traits(method) if isinstance(method, dict) else None
@@ -234,6 +234,35 @@ class _Issues:
             more = f"; and {extra} more such lines" if extra else ""
             out.append(f"{path}: {kind} ({'; '.join(examples)}{more})")
         return out
+
+
+def _read_text(path: Path, issues: _Issues) -> str | None:
+    """``path``'s text (UTF-8), or None with the reason recorded: unreadable, or bytes that are not UTF-8."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as e:
+        issues.add(path, f"cannot read: {e.strerror or e}")
+    except UnicodeDecodeError as e:
+        issues.add(path, f"not UTF-8 text (byte {e.start}: {e.reason}); the file is damaged")
+    return None
+
+
+def _check_config_file(path: Path, issues: _Issues) -> bool:
+    """``config.yaml`` is UTF-8 text holding a YAML mapping; False (the reason recorded) when not."""
+    import yaml
+
+    text = _read_text(path, issues)
+    if text is None:
+        return False
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        issues.add(path, f"not valid YAML ({str(e).splitlines()[0]})")
+        return False
+    if not isinstance(config, dict):
+        issues.add(path, "empty file" if not text.strip() else "not a YAML mapping of config keys")
+        return False
+    return True
 
 
 # -- metrics.json ---------------------------------------------------------------------------------
@@ -398,10 +427,8 @@ def _core_sets(row: dict[str, Any]) -> dict[str, int]:
 # -- val jsonl ------------------------------------------------------------------------------------
 def _read_val_file(path: Path, step: int, issues: _Issues) -> ValFile | None:
     """Parse one jsonl file, checking each line's schema; lines with errors are dropped."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        issues.add(path, f"cannot read: {e}")
+    text = _read_text(path, issues)
+    if text is None:
         return None
     cols: dict[str, list[Any]] = {f: [] for f in SAMPLE_FIELDS}
     loads = json.loads
@@ -500,16 +527,22 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
     if not run_dir.is_dir():
         issues.add(run_dir, "not a directory")
         return data, issues.result()
-    if not (run_dir / CONFIG_FILE).is_file():
+    config_ok = (run_dir / CONFIG_FILE).is_file()
+    if not config_ok:
         issues.add(run_dir / CONFIG_FILE, "missing (every run keeps its resolved config)")
+    else:
+        config_ok = _check_config_file(run_dir / CONFIG_FILE, issues)
     mpath = run_dir / METRICS_FILE
     if not mpath.is_file():
         issues.add(mpath, "missing")
         return data, issues.result()
+    text = _read_text(mpath, issues)
+    if text is None:
+        return data, issues.result()
     try:
-        metrics = json.loads(mpath.read_text())
-    except (OSError, ValueError) as e:
-        issues.add(mpath, f"not valid JSON ({e})")
+        metrics = json.loads(text)
+    except ValueError as e:
+        issues.add(mpath, f"not valid JSON ({e})" if text.strip() else "empty file")
         return data, issues.result()
     if not isinstance(metrics, dict):
         issues.add(mpath, "top level must be a JSON object")
@@ -529,7 +562,7 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
     method = run.get("method") if isinstance(run, dict) and isinstance(run.get("method"), str) else None
     steps = _check_train(train, method, run_traits(run_dir), mpath, issues)
     _check_run_section(run, steps, mpath, issues)
-    edited = config_edited(run_dir)
+    edited = config_edited(run_dir) if config_ok else None
     if edited is not None:
         issues.add(run_dir / CONFIG_FILE, edited)
     last_train = max(steps) if steps else 0

@@ -1,13 +1,19 @@
 """Load a sweep directory (run directories of run_contract.md) into pandas frames.
 
-Every run directory is parsed and checked by :func:`analysis.contract.read_run`. A run folder
-whose record fails the contract -- ``metrics.json`` missing, unreadable or off-contract (e.g. a run
-killed before its first step), or ``config.yaml`` missing or edited after the run wrote it -- is
-skipped and listed in :attr:`Sweep.skipped` with every reason, unless ``strict=True``, which raises
-instead. Any other violation in a loaded run (its jsonl
-files), runs that disagree on the evaluation protocol (samples per problem, evaluation sets,
-problem ids) or a sweep with nothing to analyse raise :class:`SweepError` listing every problem
-with the file it comes from. Besides skipped runs, the only things left out are hidden folders,
+Every run directory is parsed and checked by :func:`analysis.contract.read_run`, which reads every
+file defensively (bytes that are not UTF-8, truncated or empty files are violations, never a crash).
+A run folder with any violation in its own files -- ``metrics.json`` missing, unreadable or
+off-contract (e.g. a run killed before its first step), ``config.yaml`` missing or edited after the
+run wrote it, a ``val/*.jsonl`` that is damaged or disagrees with the record -- is skipped and listed
+in :attr:`Sweep.skipped` with every reason, unless ``strict=True``, which raises instead. Runs that
+disagree on the evaluation protocol (samples per problem, evaluation sets, problem ids), two runs
+of one name, or a sweep with nothing to analyse raise :class:`SweepError` listing every problem
+with the file it comes from.
+
+Runs are pooled as seeds of one arm only with their peers (:mod:`analysis.peers`): a run trained
+differently (a pooling key of its ``config.yaml`` differs) gets its own arm label naming the keys
+(``sc [trainer.lr=0.002]``) and is listed in :attr:`Sweep.apart`; ``strict=True`` refuses such a
+sweep. Keys a multirun of the sweep varied on purpose label every run with its value. Besides skipped runs, the only things left out are hidden folders,
 the ``report`` folder and folders that hold none of ``metrics.json``, ``config.yaml``, ``val/``
 (listed in :attr:`Sweep.ignored`). Runs still in progress are loaded and flagged
 (``runs.in_progress``).
@@ -28,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.contract import RunData, describe_problem_diff, read_run, run_traits
-from runners import run_contract
+from analysis.peers import Peers, group_runs, swept_keys
+from runners import peer_keys, run_contract
 from runners.run_contract import CONFIG_FILE, METRICS_FILE, VAL_DIR
 
 REPORT_DIR = "report"
@@ -62,7 +69,9 @@ def order_methods(methods, ranks: dict[str, int] | None = None) -> list[str]:
 class Sweep:
     """A loaded sweep.
 
-    - ``runs``: one row per run (index ``run``): method, seed, backend, status, total_steps,
+    - ``runs``: one row per run (index ``run``): method (the arm label of :mod:`analysis.peers`: the
+      method name, with the setting where the run is not a peer of its arm's other runs), arm (the
+      method name itself), seed, backend, status, total_steps,
       last_step, n_evals, last_eval_step, in_progress, path, seed_fixes (the record's
       ``run.seed_fixes`` or None); ordered by method then seed.
     - ``train``: one row per (run, step) with every train metric (NaN where null or absent).
@@ -74,6 +83,8 @@ class Sweep:
       set, problem id.
     - ``k``: samples per problem; ``sets``: evaluation sets (sorted); ``problems``: ids per set.
     - ``ignored``: folders that are no run; ``skipped``: run folders left out (path -> reasons).
+    - ``peers``: the grouping of :mod:`analysis.peers`; ``apart`` (run -> {key: (its value, its
+      peers' value)}) the runs trained differently from their peers, each its own arm label.
     """
 
     root: Path
@@ -87,6 +98,11 @@ class Sweep:
     problems: dict[str, tuple[str, ...]]
     ignored: list[Path] = field(default_factory=list)
     skipped: dict[Path, list[str]] = field(default_factory=dict)
+    peers: Peers | None = None
+
+    @property
+    def apart(self) -> dict[str, dict]:
+        return self.peers.apart if self.peers is not None else {}
 
     @cached_property
     def correct(self) -> pd.DataFrame:
@@ -191,22 +207,29 @@ def _protocol_errors(datas: list[RunData]) -> list[str]:
     return errors
 
 
-#: The files of a run's record: a violation in one of them makes the run invalid (skipped, or --strict fails).
-RECORD_FILES = (METRICS_FILE, CONFIG_FILE)
+def _apart_errors(peers: Peers, datas: list[RunData]) -> list[str]:
+    """--strict: each run trained differently from its peers, with the keys that differ."""
+    where = {d.metrics["run"]["name"]: d.run_dir / run_contract.CONFIG_FILE for d in datas}
+    return [f"{where[line.split(':', 1)[0]]}: run {line}" for line in peers.apart_lines()]
 
 
-def _record_invalid(run_dir: Path, violations: list[str]) -> list[str]:
-    """The violations that make ``run_dir``'s record invalid: its ``metrics.json`` (missing, unreadable,
-    off-contract) or its ``config.yaml`` (missing, edited after the run wrote it)."""
-    prefixes = tuple(f"{run_dir / name}:" for name in RECORD_FILES)
-    return [v for v in violations if v.startswith(prefixes)]
+def _unlisted_val_files(datas: list[RunData]) -> list[str]:
+    """Runs whose ``val/`` holds evaluation files that their ``metrics.json`` lists no val row for."""
+    out = []
+    for d in datas:
+        files = sorted((d.run_dir / VAL_DIR).glob("step_*.jsonl")) if (d.run_dir / VAL_DIR).is_dir() else []
+        if files and not d.metrics.get("val"):
+            out.append(f"{d.run_dir / METRICS_FILE}: no val rows, but {d.run_dir / VAL_DIR} holds {len(files)} "
+                       f"evaluation file(s) (e.g. {files[0].name}) that the record does not list")
+    return out
 
 
 def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     """Load and validate every run of ``sweep_dir``; raise :class:`SweepError` on any problem.
 
-    With ``strict=False`` (the default) run folders whose record is invalid (:func:`_record_invalid`) are
-    skipped and listed in :attr:`Sweep.skipped`; with ``strict=True`` they raise like any violation.
+    With ``strict=False`` (the default) run folders with a violation in their own files are skipped and
+    listed in :attr:`Sweep.skipped`, and runs trained differently from their peers are shown apart
+    (:attr:`Sweep.apart`); with ``strict=True`` either raises like any violation.
     """
     root = Path(sweep_dir)
     if not root.is_dir():
@@ -214,14 +237,17 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     if (root / METRICS_FILE).exists():
         raise SweepError(f"{root}: this is a run directory (it has {METRICS_FILE}); pass the sweep "
                          f"directory that contains it, {root.parent}")
-    run_dirs, ignored = find_run_dirs(root)
+    try:
+        run_dirs, ignored = find_run_dirs(root)
+    except OSError as e:
+        raise SweepError(f"{root}: cannot list the folder ({e.strerror or e})") from e
     if not run_dirs:
         raise SweepError(f"{root}: empty sweep, no run directories (folders with {METRICS_FILE}) found")
     datas, problems = [], []
     skipped: dict[Path, list[str]] = {}
     for rd in run_dirs:
         data, violations = read_run(rd)
-        if not strict and _record_invalid(rd, violations):
+        if violations and not strict:
             skipped[rd] = violations
             continue
         datas.append(data)
@@ -229,8 +255,8 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
     if problems:
         raise SweepError([f"{len(problems)} contract violations; fix or remove these runs:", *problems])
     if not datas:
-        raise SweepError([f"{root}: no run folder has a valid record ({METRICS_FILE}, {CONFIG_FILE}); skipped:",
-                          *[f"{p}: {v}" for p, vs in skipped.items() for v in vs]])
+        raise SweepError([f"{root}: no run folder has a valid record ({METRICS_FILE}, {CONFIG_FILE}) and "
+                          f"readable {VAL_DIR} files; skipped:", *[f"{p}: {v}" for p, vs in skipped.items() for v in vs]])
     names: dict[str, Path] = {}
     for d in datas:
         name = d.metrics["run"]["name"]
@@ -243,22 +269,32 @@ def load_sweep(sweep_dir: str | Path, strict: bool = False) -> Sweep:
         raise SweepError(problems)
     evaluated = [d for d in datas if d.val_files]
     if not evaluated:
+        unlisted = _unlisted_val_files(datas)
+        if unlisted:
+            raise SweepError([f"{root}: no run has an evaluation in its {METRICS_FILE}, though evaluation files "
+                              "are on disk:", *unlisted])
         raise SweepError(f"{root}: no run has an evaluation yet (no val rows in any {METRICS_FILE})")
+    peers = group_runs([(d.metrics["run"]["name"], d.metrics["run"]["method"], d.run_dir,
+                         peer_keys.read_config(d.run_dir) or {}) for d in datas], swept_keys(root))
+    if strict and peers.apart:
+        raise SweepError([f"{len(peers.apart)} run(s) trained differently from their peers (--strict); their "
+                          "scores must not be pooled:", *_apart_errors(peers, datas)])
     ref = evaluated[0]
-    sweep = _build(root, datas, ref.k, ref.problems, ignored)
+    sweep = _build(root, datas, ref.k, ref.problems, ignored, peers.labels)
     sweep.skipped = skipped
+    sweep.peers = peers
     return sweep
 
 
 def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[str, ...]],
-           ignored: list[Path]) -> Sweep:
+           ignored: list[Path], labels: dict[str, str] | None = None) -> Sweep:
     runs_rows, train_frames, val_rows, sample_frames = [], [], [], []
     for d in datas:
         run = d.metrics["run"]
         name = run["name"]
         val = d.metrics["val"]
         runs_rows.append({
-            "run": name, "method": run["method"], "arm_rank": _arm_rank(d.run_dir), "seed": run["seed"],
+            "run": name, "method": (labels or {}).get(name, run["method"]), "arm": run["method"], "arm_rank": _arm_rank(d.run_dir), "seed": run["seed"],
             "backend": run["backend"],
             "status": run["status"], "total_steps": run["total_steps"], "last_step": run["last_step"],
             "n_evals": len(val), "last_eval_step": val[-1]["step"] if val else np.nan,

@@ -224,8 +224,17 @@ def _runs_section(sweep: Sweep) -> list[str]:
     if sweep.ignored:
         notes.append("Ignored folders (no metrics.json, config.yaml or val/): "
                      + ", ".join(p.name for p in sweep.ignored) + ".")
+    if sweep.peers is not None and sweep.peers.swept:
+        notes.append("This sweep varies " + ", ".join(f"`{k}`" for k in sweep.peers.swept) + " on purpose (its "
+                     "multirun.yaml): each value is its own row, named in brackets after the method; runs are "
+                     "pooled as seeds only within one value.")
+    if sweep.apart:
+        notes.append("**Runs trained differently from their peers** (a key of their config.yaml that can change a "
+                     "result differs from the other runs'; `--strict` makes this an error). Each is its own row, "
+                     "its label naming the keys, and is not averaged with its arm's seeds: "
+                     + "; ".join(sweep.peers.apart_lines()) + ".")
     if sweep.skipped:
-        notes.append("**Skipped run folders** (their record, metrics.json or config.yaml, fails the contract; "
+        notes.append("**Skipped run folders** (their record, metrics.json or config.yaml, or a val file fails the contract; "
                      "`--strict` makes this an error): "
                      + "; ".join(f"{p.name} ({'; '.join(v.removeprefix(str(p) + '/') for v in vs)})"
                                  for p, vs in sweep.skipped.items()) + ".")

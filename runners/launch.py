@@ -36,7 +36,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runners import run_folder, run_lock
+from runners import peer_keys, run_folder, run_lock
 from runners.provenance import config_sha256
 from runners.run_error import RunError
 from runners.validate import (
@@ -98,7 +98,29 @@ def prevalidate(argv: list[str]) -> list[Path]:
         run_lock.check_free(run_dir)
     for _, cfg in jobs.values():
         validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+    warn_unlike_siblings({run_dir: cfg for run_dir, (_, cfg) in jobs.items()}, job_overrides(argv))
     return list(jobs)
+
+
+def warn_unlike_siblings(jobs: dict[Path, DictConfig], overrides: list[list[str]]) -> list[str]:
+    """Warn (stderr, one line per job) when a new run differs from the runs already in its sweep folder in a
+    key that can change a result (``runners.peer_keys``): the report then shows it apart instead of pooling
+    it with them. Keys this launch varies across its own jobs (a multirun's sweep) are varied on purpose and
+    left out. Returns the lines printed."""
+    values = [dict(o.lstrip("+~").split("=", 1) for o in job if "=" in o) for job in overrides]
+    varied = {key for job in values for key in job if len({v.get(key) for v in values}) > 1} - {"method"}
+    lines = []
+    for run_dir, cfg in jobs.items():
+        config = OmegaConf.to_container(cfg, resolve=True)
+        n, diffs = peer_keys.sibling_differences(run_dir, config, varied)
+        if diffs:
+            what = ", ".join(f"{k}={peer_keys.text(a)} (theirs: {peer_keys.text(b)})"
+                             for k, (a, b) in sorted(diffs.items(), key=lambda kv: peer_keys.key_order(kv[0])))
+            lines.append(f"warning: {run_dir.name} differs from the {n} run(s) already in {run_dir.parent} in {what}; "
+                         "python -m analysis will show it apart, not pooled with them as a seed of its arm")
+    for line in lines:
+        print(line, file=sys.stderr)
+    return lines
 
 
 def jobs_run_in_this_process(argv: list[str]) -> bool:

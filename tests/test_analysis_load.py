@@ -80,10 +80,11 @@ def test_partial_sweep_run_aborted_before_first_step(tmp_path):
     assert sweep.skipped == {root / "tis-seed1": [f"{root / 'tis-seed1' / 'metrics.json'}: missing"]}
     with pytest.raises(SweepError, match="tis-seed1/metrics.json: missing"):
         load_sweep(root, strict=True)
-    # a val-file violation in a run with a valid metrics.json is still an error, strict or not
+    # a val-file violation in a run with a valid metrics.json skips that run too (issue 35); strict fails
     (root / "pg-seed1" / "val" / "step_000010.jsonl").unlink()
+    assert list(load_sweep(root).runs.index) == ["sc-seed1"]
     with pytest.raises(SweepError, match="pg-seed1/val/step_000010.jsonl: missing"):
-        load_sweep(root)
+        load_sweep(root, strict=True)
 
 
 def test_every_run_skipped_is_an_error(tmp_path):
@@ -98,8 +99,9 @@ def test_corrupt_jsonl(tmp_path):
     root = _sweep(tmp_path / "s")
     path = root / "sc-seed1" / "val" / "step_000010.jsonl"
     path.write_text(path.read_text()[:-40] + "\n")
+    assert any("invalid JSON (line 10" in v for v in load_sweep(root).skipped[root / "sc-seed1"])
     with pytest.raises(SweepError, match=r"sc-seed1/val/step_000010.jsonl: invalid JSON \(line 10"):
-        load_sweep(root)
+        load_sweep(root, strict=True)
 
 
 def test_different_k(tmp_path):

@@ -147,7 +147,7 @@ def test_cli_errors_name_the_file(tmp_path):
     root = tmp_path / "s"
     build_sweep(root, methods=("pg", "sc"), total_steps=10, eval_every=10, sets={"a": 2}, k=2)
     (root / "sc-seed1" / "val" / "step_000010.jsonl").unlink()
-    proc = subprocess.run([sys.executable, "-m", "analysis", str(root)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "analysis", str(root), "--strict"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "sc-seed1/val/step_000010.jsonl: missing" in proc.stderr
     assert not (root / "report").exists()
