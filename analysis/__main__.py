@@ -40,8 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed of resampling and permutations (default {SEED})")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--strict", action="store_true",
-                        help="fail on run folders whose record (metrics.json, config.yaml) fails the contract "
-                             "instead of skipping them")
+                        help="fail on run folders whose record (metrics.json, config.yaml) or val files fail the "
+                             "contract, and on runs trained differently from their peers, instead of skipping "
+                             "them or showing them apart")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help=f"a line per stage on stderr (default: with {PROGRESS_MIN_RUNS} run folders or more)")
     args = parser.parse_args(argv)
@@ -62,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot analyse {args.sweep_dir}:", file=sys.stderr)
         for line in e.problems:
             print(f"  {line}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the report's folder or a file in it cannot be written (read errors are SweepErrors)
+        where = e.filename or args.out or args.sweep_dir / "report"
+        print(f"error: cannot write the report: {where}: {e.strerror or e}; choose another folder with --out",
+              file=sys.stderr)
         return 2
     if report.sweep.apart:
         print(f"warning: {len(report.sweep.apart)} run(s) trained differently from their peers; each is its own row, "

@@ -678,11 +678,27 @@ def check_run_dir(run_dir: str | Path) -> list[str]:
     return read_run(run_dir)[1]
 
 
+def _sweep_folder_runs(folder: Path) -> list[str]:
+    """The run folders in ``folder`` when it is a sweep folder (no record of its own, run folders in it)."""
+    if not folder.is_dir() or (folder / METRICS_FILE).exists() or (folder / CONFIG_FILE).exists():
+        return []
+    try:
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / METRICS_FILE).exists())
+    except OSError:
+        return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m analysis.contract RUN_DIR [RUN_DIR...]``: print violations; exit 1 if any."""
+    """``python -m analysis.contract RUN_DIR [RUN_DIR...]``: print violations; exit 1 if any, 2 when given a
+    sweep folder instead of run folders."""
     parser = argparse.ArgumentParser(prog="python -m analysis.contract", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories to check")
     args = parser.parse_args(argv)
+    for folder in args.run_dirs:
+        if sweep := _sweep_folder_runs(folder):
+            print(f"{folder} is a sweep folder (it holds run folders such as {', '.join(sweep[:3])}), not a run folder; "
+                  f"pass the run folders: python -m analysis.contract {folder}/*/", file=sys.stderr)
+            return 2
     failed = 0
     for run_dir in args.run_dirs:
         violations = check_run_dir(run_dir)

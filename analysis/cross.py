@@ -28,6 +28,7 @@ import pandas as pd
 
 from analysis.load import Sweep, load_sweep
 from analysis.pairing import arm_design, compare, unpaired_design
+from analysis.report import parse_checkpoints
 from analysis.seeds import minimum_detectable
 from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, arm_scores, checkpoint_steps, set_labels
 
@@ -92,15 +93,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ":" not in args.reference:
         parser.error(f"reference {args.reference!r} must be SWEEP_DIR:METHOD")
     ref_dir, ref_method = args.reference.rsplit(":", 1)
-    checkpoint = int(args.checkpoint) if args.checkpoint.isdigit() else args.checkpoint
     try:
-        table = cross_table(load_sweep(ref_dir), ref_method, [load_sweep(s) for s in args.sweeps], checkpoint)
+        checkpoint = parse_checkpoints(args.checkpoint)
+    except ValueError as err:
+        parser.error(str(err))
+    if len(checkpoint) != 1:
+        parser.error(f"--checkpoint {args.checkpoint!r}: one checkpoint (final, best or an evaluated step number)")
+    try:
+        table = cross_table(load_sweep(ref_dir), ref_method, [load_sweep(s) for s in args.sweeps], checkpoint[0])
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False)
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            table.to_csv(args.out, index=False)
+        except OSError as err:
+            print(f"error: cannot write {args.out}: {err.strerror or err}", file=sys.stderr)
+            return 2
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table[table.data_source == "avg"].drop(columns=["data_source", "checkpoint"]).round(3).to_string(
             index=False))
