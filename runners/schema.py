@@ -168,10 +168,15 @@ class RolloutConfig:
 
 @dataclass
 class EvalConfig:
+    """``eval``: ``numerics`` is how the evaluation samples (``runners.local.evaluate``): ``clean`` with
+    the trainer's own numerics, ``scenario`` through the scenario's sampler mismatch. It changes the
+    scores, so runs that differ in it are scored differently."""
+
     n: int = at_least(1)
     temperature: float = positive()
     top_p: float = positive(le=1)
     repeats: int = at_least(1, 1)
+    numerics: str = choice("clean", "scenario", default="clean")
 
 
 @dataclass
@@ -197,7 +202,7 @@ class LocalSamplerConfig:
     int8_weights: bool = MISSING
     weight_noise: float = at_least(0, integer=False)
     compute_dtype: str = choice(*DTYPES, default="float32")
-    kv_cache_bits: int = choice(0, 8, 4, default=0)
+    kv_cache_bits: int = choice(0, 2, 3, 4, 5, 6, 7, 8, default=0)
     logits_dtype: str = choice(*DTYPES, default="float32")
     speed: float = at_least(1, integer=False)
     speed_jitter: float = between(0, 10)

@@ -12,7 +12,12 @@ Each step:
    ``rollout.parameter_sync_step`` steps the sampler loads the new weights (through its
    numerics mismatch).
 
-Evaluation at step 0 and every ``trainer.test_freq`` steps; ``metrics.json`` after every step;
+With ``run_ahead_batches: 0`` and ``rollout.parameter_sync_step: N`` the sampler is synchronous but
+refreshed only every N steps: a batch trained at step t was sampled at step t by the weights of step
+N * floor(t / N), staleness ``t mod N`` (regime B of ``docs/drift_study.md``, ``conf/scenario/refresh*``).
+
+Evaluation at step 0 and every ``trainer.test_freq`` steps, with the numerics ``eval.numerics`` names
+(``evaluate.py``: clean by default); ``metrics.json`` after every step;
 a full-state checkpoint every ``trainer.save_freq`` steps. A killed run started again with the
 same command resumes from its newest checkpoint (``trainer.resume=auto``).
 """
@@ -29,7 +34,7 @@ from tqdm import tqdm
 
 from runners.config_error import ConfigError
 from runners.local.checkpoint import load_latest, save_checkpoint
-from runners.local.evaluate import evaluate, val_file
+from runners.local.evaluate import eval_sampler_config, evaluate, val_file
 from runners.local.parallel import check_parallel_threads, threads_warning
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
@@ -65,6 +70,13 @@ def validate(cfg: DictConfig) -> None:
     """The embedded backend's checks that need its own computation (``runners.validate`` runs the schema
     and the cross-field rules first); each error names the key and the allowed values."""
     r = cfg.rollout
+    eval_sampler_config(cfg)  # eval.numerics, and a clean sampler exists for these sampler knobs
+    if r.max_staleness < r.parameter_sync_step - 1:
+        raise ConfigError(
+            f"rollout.max_staleness={r.max_staleness} is below rollout.parameter_sync_step - 1 = "
+            f"{r.parameter_sync_step - 1}: a sampler refreshed every {r.parameter_sync_step} steps trains groups up to "
+            f"{r.parameter_sync_step - 1} versions old; allowed: rollout.max_staleness >= {r.parameter_sync_step - 1}"
+        )
     check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
     if cfg.backend.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
@@ -106,7 +118,7 @@ class LocalRun:
         self.pad_id = self.tokenizer.pad_token_id
         self.trainer = PolicyTrainer(model, cfg, self.pad_id)
         self.sampler = Sampler(model, self.tokenizer, cfg.backend.sampler, cfg.method.top_k)
-        self.eval_sampler = Sampler(model, self.tokenizer, cfg.backend.sampler, cfg.method.top_k)
+        self.eval_sampler = Sampler(model, self.tokenizer, eval_sampler_config(cfg), cfg.method.top_k)
         self.buffer = ReplayBuffer(cfg.rollout.max_staleness)
         self.data_gen = torch.Generator().manual_seed(cfg.seed)
         self.sample_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -263,6 +275,10 @@ class LocalRun:
                              row["training/off_policy/trajectory_staleness/mean"],
                              row["training/off_policy/evicted_samples"], row["timing_s/step"])
             bar.close()
+        except KeyboardInterrupt:  # Ctrl-C: recorded as stopped by the user; the same command resumes
+            self.record.end_attempt("stopped")
+            self.tracker.finish(failed=True)
+            raise
         except BaseException:
             self.record.end_attempt("failed")
             self.tracker.finish(failed=True)

@@ -1,9 +1,20 @@
 """Evaluation of the embedded backend: n samples per held-out problem, per-sample jsonl, mean@n.
 
-Like verl's validation, it samples through the rollout engine (the trainer's current weights
-passed through the sampler's numerics mismatch) at ``eval.temperature``. Its random stream is
-seeded by (run seed, step), so evaluating never perturbs the training stream and a resumed run
-evaluates a step exactly as an uninterrupted one would.
+``eval.numerics`` says with which numerics it samples the trainer's current weights, at
+``eval.temperature``:
+
+* ``clean`` (the default): every numerics knob of ``backend.sampler`` at its identity value
+  (:func:`runners.local.sampler.clean_sampler_config`: fp32 weights and forward, no quantisation, no
+  noise), i.e. the trainer's own policy. What a run is scored on is then what it learned, whatever
+  its scenario, and runs of different scenarios (the on-policy control included) are scored alike,
+  as the score-centering paper evaluates (a clean sampler, no quantisation);
+* ``scenario``: through the scenario's sampler numerics, as verl's validation samples through its
+  rollout engine (the embedded default before issue 32, rounds 1-4 of ``docs/drift_study.md``).
+
+Either way the evaluation has its own sampler and random streams, so it never changes a training
+trajectory: two runs that differ only in ``eval.numerics`` train identically and differ in their
+evaluation rows. Its random stream is seeded by (run seed, step), so evaluating never perturbs the
+training stream and a resumed run evaluates a step exactly as an uninterrupted one would.
 
 ``eval.repeats`` = R >= 1 (default 1): the same checkpoint is evaluated R times. Repeat 0 is
 ``val/step_NNNNNN.jsonl`` with the stream above (so R = 1 is the run without repeats, byte for
@@ -20,13 +31,25 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from runners.local.sampler import Sampler
+from runners.local.sampler import Sampler, clean_sampler_config
 from runners.local.task import SeededTask, prompt_token_ids
 from runners.run_contract import sample_line, val_metrics, val_path
 from runners.run_record import atomic_write_text
 
 #: ``val/step_NNNNNN.jsonl`` (repeat 0) or ``val/repeat_RR/step_NNNNNN.jsonl`` (repeat r >= 1).
 val_file = val_path
+
+
+#: Allowed values of ``eval.numerics`` (the schema's ``EvalConfig`` rule says the same).
+EVAL_NUMERICS = ("clean", "scenario")
+
+
+def eval_sampler_config(cfg: DictConfig) -> DictConfig:
+    """The ``backend.sampler`` config the evaluation samples with (``eval.numerics``, module docstring)."""
+    numerics = cfg.eval.numerics
+    if numerics not in EVAL_NUMERICS:
+        raise ValueError(f"eval.numerics={numerics!r}; allowed: {', '.join(EVAL_NUMERICS)}")
+    return clean_sampler_config(cfg.backend.sampler) if numerics == "clean" else cfg.backend.sampler
 
 
 def eval_repeats(cfg: DictConfig) -> int:

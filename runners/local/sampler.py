@@ -21,9 +21,14 @@ systematic: the same context gets the same error at every sync (weight noise is 
   bf16 activations, matmuls and attention, as a bf16 inference engine computes);
 * ``kv_cache_bits``: keys (after their RMSNorm, before rotary) and values are fake-quantised to this
   many bits, symmetric absmax per token and key/value head, as a quantised KV cache stores them
-  (0 = off; 8 or 4);
+  (0 = off; 2 to 8: a severity ladder, 2 ** (bits - 1) - 1 levels each side of zero);
 * ``logits_dtype``: the final logits are rounded to this dtype before the softmax (a lower-precision
   lm-head/sampling path).
+
+Every one of these six knobs has an identity value (:data:`CLEAN_NUMERICS`), at which the sampler
+computes exactly what the trainer computes (fp32 weights and forward); :func:`clean_sampler_config`
+sets them all, for an evaluation that measures the policy rather than its sampler (``eval.numerics``).
+The other keys of ``backend.sampler`` (:data:`SCHEDULE_KEYS`) say when the sampler runs, not how.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import copy
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from runners.local.generate import decode
 
@@ -42,7 +47,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _FP8_MAX = {torch.float8_e4m3fn: 448.0}
 #: Dtypes the sampler may compute its forward / logits in.
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-KV_CACHE_BITS = (0, 8, 4)
+KV_CACHE_BITS = (0, 2, 3, 4, 5, 6, 7, 8)
+#: The identity value of every numerics knob: a sampler with these holds and computes the trainer's fp32 policy.
+CLEAN_NUMERICS = {"weight_dtype": "float32", "int8_weights": False, "weight_noise": 0.0,
+                  "compute_dtype": "float32", "kv_cache_bits": 0, "logits_dtype": "float32"}
+#: The keys of ``backend.sampler`` that schedule the sampler (``schedule.py``) and change none of its numbers.
+SCHEDULE_KEYS = frozenset({"speed", "speed_jitter", "run_ahead_batches"})
 
 
 @dataclass
@@ -116,6 +126,19 @@ def check_sampler_config(sampler_cfg: DictConfig) -> None:
     if isinstance(bits, bool) or bits not in KV_CACHE_BITS:
         raise ValueError(f"backend.sampler.kv_cache_bits={bits!r}; allowed: {', '.join(map(str, KV_CACHE_BITS))} "
                          "(0 = no KV-cache quantisation)")
+
+
+def clean_sampler_config(sampler_cfg: DictConfig) -> DictConfig:
+    """``sampler_cfg`` with every numerics knob at its identity value (:data:`CLEAN_NUMERICS`).
+
+    Raises ValueError for a key that is neither a numerics knob nor a schedule key: a new knob must be
+    given its identity value here before a clean sampler can be trusted to be clean.
+    """
+    unknown = sorted(set(sampler_cfg) - set(CLEAN_NUMERICS) - SCHEDULE_KEYS)
+    if unknown:
+        raise ValueError(f"backend.sampler.{unknown[0]}: no identity value in runners/local/sampler.py "
+                         "CLEAN_NUMERICS, so a clean sampler cannot be built")
+    return OmegaConf.merge(sampler_cfg, CLEAN_NUMERICS)
 
 
 def fake_quantise(x: torch.Tensor, bits: int) -> torch.Tensor:
