@@ -10,7 +10,7 @@ What is checked (schema_version 1):
 - ``config.yaml`` and ``metrics.json`` exist; ``metrics.json`` is valid JSON with
   ``schema_version == 1`` and the ``run``/``train``/``val`` sections.
 - ``run``: ``name``, ``method``, ``backend``, ``config_sha256`` strings; ``seed``, ``total_steps``,
-  ``last_step`` integers; ``status`` in running/finished/failed; ``versions`` a mapping of strings;
+  ``last_step`` integers; ``status`` in running/finished/failed/stopped (stopped by the user); ``versions`` a mapping of strings;
   ``last_step`` equals the last train step; a finished run trained ``total_steps`` steps;
   ``config_sha256`` is the sha256 of ``config.yaml`` (else ``config.yaml`` was edited after the run
   wrote it: ``runners.run_record.config_edited``).
@@ -355,7 +355,7 @@ def _check_attempts(attempts: Any, status: Any, last_train: int, path: Path, iss
     if isinstance(last, dict):
         if _is_int(last.get("start_step")) and last["start_step"] > last_train:
             issues.add(path, f"the last attempt starts at step {last['start_step']} but train ends at {last_train}")
-        if status in ("finished", "failed"):
+        if status in ("finished", "failed", "stopped"):
             if last.get("ended") is None:
                 issues.add(path, f"run.status is {status!r} but the last attempt is still open (ended null)")
             if last.get("status") != status:

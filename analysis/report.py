@@ -192,7 +192,7 @@ def _p(p: float, eq: bool = False) -> str:
 def _run_cell(sweep: Sweep, run: str) -> str:
     if run in sweep.runs.index and sweep.runs.at[run, "in_progress"]:
         return f"{run} †"
-    if run in sweep.runs.index and sweep.runs.at[run, "status"] == "failed":
+    if run in sweep.runs.index and sweep.runs.at[run, "status"] in ("failed", "stopped"):
         return f"{run} ‡"
     return run if run in sweep.runs.index else f"**{run}**"
 
@@ -200,7 +200,7 @@ def _run_cell(sweep: Sweep, run: str) -> str:
 def _runs_section(sweep: Sweep) -> list[str]:
     rows = []
     for run, r in sweep.runs.iterrows():
-        state = r["status"] + (" †" if r["in_progress"] else " ‡" if r["status"] == "failed" else "")
+        state = r["status"] + (" †" if r["in_progress"] else " ‡" if r["status"] in ("failed", "stopped") else "")
         rows.append([run, r["method"], str(r["seed"]), r["backend"], state, f"{r['last_step']}/{r['total_steps']}",
                      str(r["n_evals"]), "—" if r["n_evals"] == 0 else str(int(r["last_eval_step"]))])
     out = ["## Runs", "", _md_table(["run", "method", "seed", "backend", "status", "trained steps",
@@ -213,6 +213,10 @@ def _runs_section(sweep: Sweep) -> list[str]:
     failed = sweep.runs.index[sweep.runs["status"] == "failed"].tolist()
     if failed:
         notes.append(f"‡ Failed: {', '.join(failed)}. Their `final` is their last evaluation before the failure.")
+    stopped = sweep.runs.index[sweep.runs["status"] == "stopped"].tolist()
+    if stopped:
+        notes.append(f"‡ Stopped by the user (Ctrl-C): {', '.join(stopped)}. Their `final` is their last evaluation "
+                     "before the stop; the same launch command resumes them.")
     unevaluated = [r for r in sweep.runs.index if sweep.runs.at[r, "n_evals"] == 0]
     if unevaluated:
         notes.append(f"Not in the tables (no evaluation yet): {', '.join(unevaluated)}.")

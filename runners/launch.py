@@ -6,9 +6,12 @@ a config that cannot work fails at once with a message naming the key, and nothi
 ``results_root`` or a run folder holding another run print ``config error: ...`` (no traceback)
 and exit with status 2.
 
-A run that starts and then stops for a user's reason (verl fails; its logs cannot be merged into
-``metrics.json``: :class:`runners.run_error.RunError`) prints ``run failed: ...`` on one line naming the
-file and what to run next (no traceback) and exits with status 4.
+A run that starts and then stops (verl fails; its logs cannot be merged into ``metrics.json``:
+:class:`runners.run_error.RunError`; any error of the embedded backend, whose traceback goes to the run's
+``run.log``; a full disk) prints ``run failed: ...`` on one line naming the file and what to run next (no
+traceback) and exits with status 4; Ctrl-C prints ``stopped by the user (Ctrl-C) ...`` and exits with 130
+(:func:`run_backend`). A launch into a sweep folder whose runs were trained with other settings is warned
+about (:func:`warn_unlike_siblings`): the report would not pool it with them.
 
 A run folder locked by another launch (``runners.run_lock``) is reported first, right after
 composition: ``run folder busy: ...`` naming the holder, exit status 3. After validation the run
@@ -26,6 +29,7 @@ files, an earlier start that completed no step), write ``config.yaml`` into it
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import sys
@@ -50,8 +54,11 @@ from runners.validate import (
 )
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-#: Exit status of a run that started and failed (:class:`runners.run_error.RunError`).
-RUN_FAILED = 4
+#: Exit statuses of the launcher (README.md, "When something goes wrong"; 0: every run finished or resumed to its end).
+CONFIG_ERROR = 2  # ``config error: <key> ...``: refused before anything is written or computed
+FOLDER_BUSY = 3  # ``run folder busy: ...`` / ``run folder lock: ...``
+RUN_FAILED = 4  # ``run failed: ...``: a run that started and stopped (:class:`runners.run_error.RunError`, any error)
+INTERRUPTED = 130  # ``stopped by the user (Ctrl-C) ...``: 128 + SIGINT, as a shell reports it
 
 log = logging.getLogger("runners.launch")
 
@@ -150,14 +157,65 @@ def main(cfg: DictConfig) -> None:
 
 
 def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
-    """The backend's run; a :class:`~runners.run_error.RunError` is printed as one line, ``run failed: ...``
-    (stderr), and ends the process with status :data:`RUN_FAILED`, past Hydra's traceback printer (the
-    run folder's lock is released on the way out; a sweep stops there, as on any failure)."""
+    """The backend's run; every way it can stop early is one line on stderr and an exit status, past Hydra's
+    traceback printer (the run folder's lock is released on the way out; a sweep stops there):
+
+    - a :class:`~runners.run_error.RunError` (verl failed, its logs cannot be merged): ``run failed: <its
+      message>``, :data:`RUN_FAILED`;
+    - a full disk (``ENOSPC``): ``run failed: no space left ...`` naming the folder, :data:`RUN_FAILED` (the
+      record is written atomically, so ``metrics.json`` stays the valid record of the steps before);
+    - any other error: ``run failed: <type>: <message>`` naming the log that holds the traceback, :data:`RUN_FAILED`;
+    - Ctrl-C: ``stopped by the user (Ctrl-C) ...``, :data:`INTERRUPTED` (the embedded backend records the
+      attempt and the run as ``stopped``);
+    - a :class:`~runners.config_error.ConfigError` only the backend can find (the verl dry run against the
+      installed verl): ``config error: ...``, :data:`CONFIG_ERROR`.
+    """
     try:
         backend_module(cfg).run(cfg, run_dir, sha)
+    except ConfigError as err:
+        print(f"config error: {_short(err)}", file=sys.stderr, flush=True)
+        raise SystemExit(CONFIG_ERROR) from None
     except RunError as err:
         print(f"run failed: {err}", file=sys.stderr, flush=True)
         raise SystemExit(RUN_FAILED) from None
+    except KeyboardInterrupt:
+        print(f"stopped by the user (Ctrl-C): {run_dir}; run the same command again to resume it", file=sys.stderr,
+              flush=True)
+        raise SystemExit(INTERRUPTED) from None
+    except Exception as err:  # noqa: BLE001 - every failure ends in one line; its traceback goes to the run's log
+        where = _log_traceback(run_dir)
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            folder = Path(err.filename).parent if err.filename else run_dir
+            print(f"run failed: no space left on the device holding {folder}; {run_dir / run_folder.METRICS_FILE} "
+                  "keeps the steps completed before; free space and run the same command again to resume",
+                  file=sys.stderr, flush=True)
+        else:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            print(f"run failed: {type(err).__name__}{': ' + message if message else ''} in {run_dir}; the traceback "
+                  f"is in {where}; running the same command again resumes from the newest checkpoint",
+                  file=sys.stderr, flush=True)
+        raise SystemExit(RUN_FAILED) from None
+
+
+def _log_traceback(run_dir: Path) -> Path:
+    """Write the current exception's traceback to the run's log file (Hydra's file handler, ``run.log``), not to
+    the console; returns the file."""
+    import traceback
+
+    files = [h for h in logging.getLogger().handlers
+             if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == Path(run_dir).resolve()]
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "run failed", None, sys.exc_info())
+    for handler in files:
+        handler.handle(record)
+    if files:
+        return Path(files[0].baseFilename)
+    path = run_dir / "run.log"
+    try:
+        with path.open("a") as f:
+            f.write(traceback.format_exc())
+    except OSError:
+        return Path("<no writable log>")
+    return path
 
 
 def _short(err: BaseException) -> str:
@@ -170,21 +228,30 @@ def cli(argv: list[str]) -> int:
 
     2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process
     (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``); 4 (:data:`RUN_FAILED`,
-    from :func:`run_backend`): a run that started and failed (``run failed: ...``).
+    from :func:`run_backend`): a run that started and failed (``run failed: ...``); 130 (:data:`INTERRUPTED`):
+    Ctrl-C (``stopped by the user ...``).
     Help and ``--cfg``-style queries go straight to Hydra.
     """
     if any(a in ("-h", "--help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv):
         main()
         return 0
     try:
+        return _checked_main(argv)
+    except KeyboardInterrupt:  # before a run started (validation, locking): nothing was written
+        print("stopped by the user (Ctrl-C) before any run started", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _checked_main(argv: list[str]) -> int:
+    try:
         run_dirs = prevalidate(argv)
         in_process = jobs_run_in_this_process(argv)
     except run_lock.RunFolderBusy as err:
         print(f"run folder busy: {err}", file=sys.stderr)
-        return 3
+        return FOLDER_BUSY
     except (ValueError, HydraException, OmegaConfBaseException) as err:  # ConfigError is a ValueError
         print(f"config error: {_short(err)}", file=sys.stderr)
-        return 2
+        return CONFIG_ERROR
     with contextlib.ExitStack() as locks:
         if in_process:  # held from before Hydra writes anything until the last job ends
             try:
@@ -192,10 +259,10 @@ def cli(argv: list[str]) -> int:
                     locks.enter_context(run_lock.hold(run_dir))
             except run_lock.RunFolderBusy as err:  # taken since prevalidate looked
                 print(f"run folder busy: {err}", file=sys.stderr)
-                return 3
+                return FOLDER_BUSY
             except run_lock.RunLockError as err:
                 print(f"run folder lock: {err}", file=sys.stderr)
-                return 3
+                return FOLDER_BUSY
         # otherwise each job locks its folder in its own process (main)
         main()
     return 0

@@ -47,7 +47,7 @@ def val_path(run_dir: Path, step: int, repeat: int = 0) -> Path:
 
 
 # -- metrics.json ---------------------------------------------------------------------------------
-RUN_STATUSES = ("running", "finished", "failed")
+RUN_STATUSES = ("running", "finished", "failed", "stopped")  # stopped: by the user (Ctrl-C); the same command resumes
 KNOWN_METHODS = ("pg", "tis", "sc", "sc_tis")
 
 EVERY_ARM_TRAIN_METRICS = (

@@ -181,7 +181,7 @@ class RunRecord:
         self.save()
 
     def end_attempt(self, status: str) -> None:
-        """Close the current attempt with ``status`` ("finished" or "failed")."""
+        """Close the current attempt with ``status`` ("finished", "failed" or "stopped": by the user)."""
         attempt = self.data["run"]["attempts"][-1]
         attempt["ended"] = utc_now()
         attempt["end_step"] = self.last_step

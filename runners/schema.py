@@ -23,6 +23,7 @@ the project's code finds the schemas.
 """
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,14 +60,17 @@ class Rule:
             return False
         if self.integer and not isinstance(value, int):
             return False
+        if not math.isfinite(value):  # a range means finite numbers: inf >= 0 and nan compare as no number does
+            return False
         return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
                 and (self.le is None or value <= self.le))
 
-    def describe(self) -> str:
+    def describe(self, finite: bool = False) -> str:
+        """The allowed values in words; ``finite``: say that a number must be finite (for an ``inf`` or ``nan``)."""
         if self.choices is not None:
             text = ", ".join(str(c) for c in self.choices)
         else:
-            kind = "an integer" if self.integer else "a number"
+            kind = "an integer" if self.integer else "a finite number" if finite else "a number"
             bounds = [f"{op} {v:g}" for op, v in ((">=", self.ge), (">", self.gt), ("<=", self.le)) if v is not None]
             text = f"{kind} {' and '.join(bounds)}" if bounds else kind
         extra = [*(str(a) for a in self.also), *(["null"] if self.nullable else [])]
@@ -477,7 +481,10 @@ def schemas_of(cfg: DictConfig) -> list[tuple[str, type]]:
 
 
 def check(cfg: DictConfig) -> None:
-    """Raise :class:`SchemaError` naming the key and its allowed values for the first value outside the schema."""
+    """Raise :class:`SchemaError` naming the key and its allowed values for the first value outside the schema.
+
+    Every number of the config, with a schema or without (an optional key, an inline group), must be
+    finite: ``inf`` and ``nan`` are refused naming the key (by its rule, else by :func:`check_finite`)."""
     for key, schema in schemas_of(cfg):
         node = cfg if not key else OmegaConf.select(cfg, key)
         if node is None:
@@ -489,6 +496,22 @@ def check(cfg: DictConfig) -> None:
         except OmegaConfBaseException as err:
             raise SchemaError(f"{key}: {err}".split("\n")[0]) from err
         _check_rules(typed, schema, key)
+    check_finite(cfg)
+
+
+def check_finite(cfg: Any) -> None:
+    """Raise :class:`SchemaError` for the first float of ``cfg`` (every key, lists included) that is ``inf`` or
+    ``nan``: no key of the project means anything by an infinite or undefined number."""
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig | ListConfig) else cfg
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, float) and not math.isfinite(node):
+            raise SchemaError(f"{key}={node!r}: must be a finite number")
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            walk(v, f"{key}.{k}" if key else str(k))
+
+    walk(container, "")
 
 
 def _without_extra(node: Any, schema: type) -> Any:
@@ -528,7 +551,8 @@ def _check_rules(node: Any, schema: type, prefix: str) -> None:
         rule = f.metadata.get("rule")
         if rule is not None and not rule.allows(value):
             how = "; allowed:" if rule.choices is not None else ": must be"
-            raise SchemaError(f"{key}={value!r}{how} {rule.describe()}")
+            infinite = isinstance(value, float) and not math.isfinite(value)
+            raise SchemaError(f"{key}={value!r}{how} {rule.describe(finite=infinite)}")
         inner, item = _inner_type(f.type), _list_item(f.type)
         if inner is not None:
             _check_rules(value, inner, key)

@@ -1,13 +1,26 @@
 """``validate(cfg)``: reject a verl-backend config that cannot work, before anything starts.
 
-Every error is a ``ValueError`` naming the key and what it allows. ``runners.validate`` has run
+Every error is a :class:`~runners.config_error.ConfigError` (a ``ValueError``) naming the key and what it
+allows; the launcher prints it as ``config error: <key> ...`` and exits with status 2. ``runners.validate`` has run
 first (the schema, the arm, the rules every backend shares); the checks that need verl's composed
 config run in the dry run. These are the verl backend's own rules across keys: what
 ``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
 keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`, for the arm's head
 transport), that the installed verl can carry an SC arm's head on a real launch (the error names what
 it lacks), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`),
-and that a GPU launch fits its GPUs (:func:`check_capacity`, the capacity plan of :mod:`runners.capacity`).
+and that a GPU launch fits its GPUs (:func:`check_capacity`, the capacity plan of :mod:`runners.capacity`;
+a dry run's plan is computed here too, so a plan that cannot be computed is a config error before the dry
+run writes or moves anything).
+
+The checks a GPU would otherwise make (:func:`check_model_parallelism`): vLLM's tensor parallelism splits
+the attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split when there are at least
+TP of them (``num_key_value_heads % TP == 0``) and replicated otherwise (``TP % num_key_value_heads == 0``)
+-- vLLM's own rule (``ModelConfig.verify_with_parallel_config``, ``QKVParallelLinear``); verl's Ulysses
+sequence parallelism (``actor_rollout_ref.actor.ulysses_sequence_parallel_size``, through
+``backend.extra_overrides``) by the same rule, and it divides the trainer GPUs; without dynamic batch sizes
+the per-GPU micro-batch divides each GPU's share of a mini-batch (verl's FSDP worker asserts it).
+``backend.extra_overrides`` must parse as verl overrides, and for an SC arm on the project's transport
+cannot lower vLLM's ``max_logprobs`` below ``method.top_k`` (vLLM refuses the request).
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from runners.config_error import ConfigError
+from runners.hydra_override import parse
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import rehearsal
 from runners.verl_backend import revisions as rev
@@ -32,14 +47,14 @@ def _value(cfg: DictConfig, key: str) -> Any:
     try:
         value = OmegaConf.select(cfg, key, default=_MISSING, throw_on_missing=True)
     except MissingMandatoryValue as err:
-        raise ValueError(f"{key} must be set (it is ??? in the config)") from err
+        raise ConfigError(f"{key} must be set (it is ??? in the config)") from err
     if value is _MISSING:
-        raise ValueError(f"{key} is missing from the config")
+        raise ConfigError(f"{key} is missing from the config")
     return value
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{key}={value!r} is not allowed: {allowed}")
+    raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
 def _check_launch(cfg: DictConfig) -> None:
@@ -88,7 +103,7 @@ def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
         return
     train, evals = ovr.data_files(cfg)
     if missing := [str(p) for p in [train, *evals] if not Path(p).exists()]:
-        raise ValueError(f"data.dir={cfg.data.dir!r}: data files missing: {missing}; run the data preparation "
+        raise ConfigError(f"data.dir={cfg.data.dir!r}: data files missing: {missing}; run the data preparation "
                          "(ablations.data) first, or point data.dir at the folder that holds them")
 
 
@@ -97,6 +112,8 @@ def validate(cfg: DictConfig) -> None:
     if _value(cfg, "backend.name") != "verl":
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
     _check_launch(cfg)
+    extra = extra_overrides(cfg)
+    check_model_parallelism(cfg, extra)
     check_capacity(cfg)  # before the data: no point preparing data for GPUs the launch cannot fit
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
     check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_backend/vocabulary.py)
@@ -106,23 +123,139 @@ def validate(cfg: DictConfig) -> None:
         rev.require(f"method={cfg.method.name} (score centering)")
 
 
+MAX_LOGPROBS = f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
+SEQUENCE_PARALLEL = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+
+
+def extra_overrides(cfg: DictConfig) -> dict[str, Any]:
+    """``backend.extra_overrides`` as ``{verl key: value}`` (the last one of a key wins, as in verl's
+    composition); an entry that is not a Hydra override is a config error naming it. For an SC arm on the
+    project's head transport, ``max_logprobs`` below ``method.top_k`` is refused."""
+    out: dict[str, Any] = {}
+    for i, item in enumerate(_value(cfg, "backend.extra_overrides")):
+        try:
+            key, value, _ = parse(str(item))
+        except Exception:  # noqa: BLE001 - Hydra's parser raises its own grammar errors
+            _fail(f"backend.extra_overrides[{i}]", str(item), "a verl override KEY=VALUE in Hydra's syntax")
+        out[key] = value
+    if MAX_LOGPROBS in out and ovr.uses_project_transport(cfg):
+        cap, top_k = out[MAX_LOGPROBS], int(_value(cfg, "method.top_k"))
+        if not (isinstance(cap, int) and not isinstance(cap, bool) and cap >= top_k):
+            _fail("backend.extra_overrides", f"{MAX_LOGPROBS}={cap}",
+                  f"vLLM's max_logprobs >= method.top_k ({top_k}): the SC arm asks vLLM for the top-{top_k} log-probs "
+                  "of every token, and vLLM refuses more than max_logprobs")
+    return out
+
+
+def _splits_heads(size: int, heads: int, kv_heads: int) -> str | None:
+    """Why ``size``-way head parallelism cannot split the model's heads (vLLM's and verl's rule), or None."""
+    if heads % size:
+        return f"the model's {heads} attention heads are not divisible by {size}"
+    if kv_heads % size and size % kv_heads:
+        return (f"the model's {kv_heads} KV heads are neither divisible by {size} nor a divisor of it (split or "
+                "replicated evenly)")
+    return None
+
+
+def known_shape(cfg: DictConfig) -> tuple[Any, str] | None:
+    """``(shape, where it was read)`` of the launch's model (the rehearsal's tiny Qwen3, else ``model.path``'s
+    config.json: :func:`runners.capacity.shapes.shape_of`), None when no config.json is found (before verl
+    downloads it); a config.json that is found but gives no shape is a config error naming ``model.path``."""
+    from runners.capacity.plan import model_shape
+    from runners.capacity.shapes import shape_of
+
+    if rehearsal.is_rehearsal(cfg):
+        return model_shape(cfg)
+    try:
+        return shape_of(str(_value(cfg, "model.path")))
+    except ConfigError as err:
+        message = str(err)
+        raise ConfigError(message if message.startswith("model.path") else f"model.path={cfg.model.path}: {message}") from None
+
+
+def check_model_parallelism(cfg: DictConfig, extra: dict[str, Any]) -> None:
+    """Tensor parallelism of the rollout, sequence parallelism and micro-batches of the trainer against the
+    model and the batch (the module doc); skipped where the model's shape is unknown before verl downloads it."""
+    place = "backend.placement"
+    tp = int(_value(cfg, f"{place}.rollout_tensor_parallel"))
+    sp = extra.get(SEQUENCE_PARALLEL, 1)
+    if not (isinstance(sp, int) and not isinstance(sp, bool) and sp >= 1):
+        _fail("backend.extra_overrides", f"{SEQUENCE_PARALLEL}={sp}", "an integer >= 1")
+    trainer_gpus = int(_value(cfg, f"{place}.nnodes")) * int(_value(cfg, f"{place}.trainer_gpus_per_node"))
+    if trainer_gpus % sp:
+        _fail("backend.extra_overrides", f"{SEQUENCE_PARALLEL}={sp}",
+              f"a divisor of the trainer GPUs ({trainer_gpus}: {place}.nnodes x trainer_gpus_per_node)")
+    if not _value(cfg, "backend.actor.use_dynamic_bsz"):
+        micro = extra.get(MICRO_BATCH)
+        prompts = int(_value(cfg, "trainer.prompts_per_step")) // int(_value(cfg, "rollout.parameter_sync_step"))
+        responses = prompts * int(_value(cfg, "trainer.n"))
+        ranks = trainer_gpus // sp
+        if not (isinstance(micro, int) and not isinstance(micro, bool) and micro >= 1):
+            _fail("backend.actor.use_dynamic_bsz", False, f"only with {MICRO_BATCH}=<responses per GPU per forward> "
+                  f"in backend.extra_overrides (verl needs a micro-batch size without dynamic batch sizes); got {micro!r}")
+        if responses % ranks or (responses // ranks) % micro:
+            _fail("backend.extra_overrides", f"{MICRO_BATCH}={micro}",
+                  f"a divisor of each data-parallel rank's share of a mini-batch: {responses} responses "
+                  f"(trainer.prompts_per_step / rollout.parameter_sync_step x trainer.n) over {ranks} ranks "
+                  f"(trainer GPUs / sequence parallel) must split evenly into micro-batches of {micro}")
+    found = known_shape(cfg)
+    if found is None:  # unknown before verl downloads it: the capacity plan's warning names it
+        return
+    shape, source = found
+    heads, kv = shape.num_attention_heads, shape.num_key_value_heads
+    if (why := _splits_heads(tp, heads, kv)) is not None:
+        _fail(f"{place}.rollout_tensor_parallel", tp, f"vLLM splits the heads across the tensor-parallel GPUs, and "
+              f"{why} (model.path={cfg.model.path}, shape from {source})")
+    if sp > 1 and (why := _splits_heads(sp, heads, kv)) is not None:
+        _fail("backend.extra_overrides", f"{SEQUENCE_PARALLEL}={sp}", f"Ulysses sequence parallelism splits the heads, "
+              f"and {why} (model.path={cfg.model.path}, shape from {source})")
+
+
 def check_capacity(cfg: DictConfig) -> None:
     """Refuse a GPU launch whose capacity plan does not fit (``runners.capacity``), naming the limiting term and
     the knobs; with ``backend.capacity.enforce=false`` warn instead. The dry run writes the plan instead of
-    refusing (``capacity.md``), and the CPU rehearsal has no GPU to fit."""
-    if cfg.backend.dry_run or rehearsal.is_rehearsal(cfg):
+    refusing (``capacity.md``), but the plan must be computable (:func:`check_plan`) before the dry run
+    writes or moves anything; the CPU rehearsal has no GPU to fit."""
+    if rehearsal.is_rehearsal(cfg):
+        return
+    if cfg.backend.dry_run:
+        check_plan(cfg)
         return
     from runners.capacity import plan as capacity
 
     enforce = bool(_value(cfg, "backend.capacity.enforce"))
     try:
         reason = capacity.refusal(capacity.plan(cfg))
+    except ConfigError:
+        raise
     except ValueError as err:  # the model's shape is unknown before verl downloads it
         if enforce:
-            raise
+            raise ConfigError(str(err)) from err
         log.warning("no capacity plan: %s", err)
         return
+    except ArithmeticError as err:  # numbers the plan cannot use (the schema refuses inf and nan before)
+        raise ConfigError(f"the capacity plan cannot be computed from this config: {type(err).__name__}: {err}; "
+                          "check backend.capacity.*, gpu.* and the model's config.json") from err
     if reason is not None and enforce:
-        raise ValueError(reason)
+        raise ConfigError(reason)
     if reason is not None:
         log.warning("%s; launching anyway (backend.capacity.enforce=false)", reason)
+
+
+def check_plan(cfg: DictConfig) -> None:
+    """Compute a dry run's capacity plan during validation, before the dry run writes or moves anything: a plan
+    that cannot be computed is a :class:`~runners.config_error.ConfigError`. A model whose shape is unknown (no
+    config.json before verl downloads it) is no error: the dry run writes "Capacity plan: none" with the reason
+    (:func:`runners.verl_backend.dry_run.capacity_summary`)."""
+    from runners.capacity import plan as capacity
+
+    if known_shape(cfg) is None:
+        return
+    try:
+        capacity.plan(cfg)
+    except ConfigError:
+        raise
+    except (ArithmeticError, TypeError, KeyError, ValueError) as err:
+        raise ConfigError(f"the capacity plan cannot be computed from this config ({type(err).__name__}: {err}); "
+                          "check backend.capacity.*, gpu.* and the model's config.json") from err

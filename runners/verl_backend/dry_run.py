@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runners import verl_head
+from runners.config_error import ConfigError
 from runners.hydra_override import compose_dir_offline, compose_offline, parse
 from runners.validate import CONF_DIR
 from runners.verl_backend import launch, layout, rehearsal
@@ -335,6 +336,13 @@ def capacity_summary(cfg: DictConfig, out: Path) -> dict[str, Any]:
             "refusal": capacity.refusal(p), "file": str(out / capacity.MARKDOWN)}
 
 
+def failure_line(reason: str, log_file: Path) -> str:
+    """The checking process's failure as one line: its problems (each names the verl key), or its last line."""
+    problems = [line.strip()[2:] for line in reason.splitlines() if line.strip().startswith("- ")]
+    what = "; ".join(problems) if problems else (reason.strip().splitlines() or ["no output"])[-1]
+    return f"{what} (the dry run against the installed verl; details in {log_file})"
+
+
 def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Write the launch files and check them against the installed verl; return the report."""
     spec = launch.build_spec(cfg, run_dir)
@@ -356,7 +364,7 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     (out / "check.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not (out / REPORT).exists():
         reason = (out / "error.txt").read_text() if (out / "error.txt").exists() else proc.stderr[-4000:]
-        raise ValueError(f"dry run of {cfg.run_name} failed; see {out / 'check.log'}\n{reason}")
+        raise ConfigError(failure_line(reason, out / "check.log"))
     report = json.loads((out / REPORT).read_text())
     report.update(command=spec.command_line(), attempt=spec.paths.attempt, capacity=capacity_summary(cfg, out))
     if rehearsal.is_rehearsal(cfg):
