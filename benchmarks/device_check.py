@@ -129,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes, limit = SIZES[mode], int(args.limit_gib * GIB)
     whole = Budget(args.budget_s)
     report: dict = {"meta": _meta(device, mode), "sizes": dict(sizes), "parts": {}}
-    device_report.write(report, args.out)
+    try:  # before any part runs: an unwritable OUT is one line, not a traceback after minutes of work
+        device_report.write(report, args.out)
+    except OSError as err:
+        print(f"device_check: cannot write the report into OUT={args.out}: {err.strerror or err}; set OUT to a "
+              "writable folder", file=sys.stderr)
+        return 2
 
     def budget(name: str) -> Budget:
         return Budget(sizes["budgets"][name], parent=whole)

@@ -104,3 +104,15 @@ def test_the_readme_lists_every_exit_status_of_the_launcher():
     table = readme.split("## When something goes wrong", 1)[1].split("\n\n", 2)[1]
     listed = {int(m) for m in re.findall(r"^\|[^|]*\| (\d+) \|", table, flags=re.M)}
     assert {0, launch.CONFIG_ERROR, launch.FOLDER_BUSY, launch.RUN_FAILED, launch.INTERRUPTED} <= listed, listed
+
+
+def test_the_device_check_with_an_unwritable_out_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--cpu-small", "--out",
+                           str(blocker / "out")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().startswith(f"device_check: cannot write the report into OUT={blocker / 'out'}")
