@@ -73,3 +73,18 @@ def test_report_out_to_an_unwritable_place_is_one_clear_line(sweep_dir, tmp_path
                            str(blocker / "report")], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: cannot write the report") and str(blocker) in proc.stderr
+
+
+def test_val_files_without_val_rows_are_named_not_no_evaluation_yet(tmp_path):
+    import json
+
+    root = build_sweep(tmp_path / "s", methods=("pg",), total_steps=10, eval_every=10, sets={"a": 3}, k=2)
+    metrics = root / "pg-seed1" / "metrics.json"
+    record = json.loads(metrics.read_text())
+    record["val"] = []
+    metrics.write_text(json.dumps(record))
+    with pytest.raises(SweepError) as err:
+        load_sweep(root)
+    text = str(err.value)
+    assert "no evaluation yet" not in text
+    assert f"{metrics}: no val rows, but {root / 'pg-seed1' / 'val'} holds 2 evaluation file(s)" in text
