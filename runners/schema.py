@@ -290,6 +290,9 @@ class CapacityTime:
     head_transport_bytes_per_s: float = positive()
     host_link_bytes_per_s: float = positive()
     host_optimizer_params_per_s: float = positive()
+    response_at_cap_fraction: float = between(0, 1)
+    eval_mean_response_fraction: float = between(0, 1)
+    eval_response_at_cap_fraction: float = between(0, 1)
 
 
 @dataclass
@@ -303,6 +306,7 @@ class VerlCapacity:
     fragmentation: float = between(0, 1)
     vllm_outside_torch_bytes: float = at_least(0, integer=False)
     vllm_cuda_graph_bytes: float = at_least(0, integer=False)
+    disk_budget_bytes: float = positive()
     time: CapacityTime = field(default_factory=CapacityTime)
 
 

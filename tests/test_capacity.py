@@ -92,7 +92,14 @@ def test_trainer_paths_and_knobs_by_hand():
     torch_path = trainer.trainer_terms(QWEN3_4B, T, **{**base, "flash_cross_entropy": False})
     assert torch_path["logits"] == max(2 * TV + 8 * TV + 4 * TV, 10 * TV + 20 * 2_048 * V)
     no_entropy = trainer.trainer_terms(QWEN3_4B, T, **{**base, "calculate_entropy": False})
-    assert no_entropy["logits"] == 2 * TV + 2 * TV  # the block and flash-attn's new bf16 gradient
+    # without the entropy verl runs flash-attn's cross-entropy with inplace_backward=True: its gradient overwrites
+    # the logits block (verl/workers/engine/fsdp/transformer_impl.py), so the block and one fp32 lse per row
+    assert no_entropy["logits"] == 2 * TV + 4 * T
+    copied = trainer.trainer_terms(QWEN3_4B, T, **{**base, "calculate_entropy": False, "inplace_cross_entropy": False})
+    assert copied["logits"] == 2 * TV + 2 * TV  # the block and flash-attn's new bf16 gradient
+    assert trainer.in_place_gradient(trainer.TrainerSetup(tokens=T, calculate_entropy=False))
+    assert not trainer.in_place_gradient(trainer.TrainerSetup(tokens=T, calculate_entropy=True))
+    assert not trainer.in_place_gradient(trainer.TrainerSetup(tokens=T, flash_cross_entropy=False))
     no_ckpt = trainer.trainer_terms(QWEN3_4B, T, **{**base, "gradient_checkpointing": False})
     assert no_ckpt["activations"] == (36 * 170_280 + 2 * 2_560 + 4 * 9_728) * T
     single = trainer.trainer_terms(QWEN3_4B, 4_096, dp_size=1, calculate_entropy=False)
@@ -171,14 +178,19 @@ def test_a_misfit_names_the_limiting_term_and_the_knobs_that_fix_it(tmp_path):
                                f"results_root={tmp_path}"))
     assert p["fits"] is False and p["trainer"]["fits"] is False
     assert p["trainer"]["limiting_terms"] == ["logits"]
-    assert [(f["key"], f["value"]) for f in p["trainer"]["fixes"]] == [("backend.actor.max_token_len_per_gpu", 9_216)]
-    assert not p["trainer"]["fixes"][0]["fits"]  # one knob is not enough on 24 GB
-    combined = {c["key"]: c["value"] for c in p["trainer"]["combined_fix"]}
-    assert combined == {"backend.actor.max_token_len_per_gpu": 9_216, "rollout.max_response_length": 4_096,
-                        "backend.actor.offload_policy": True}
+    fixes = {f["name"]: f for f in p["trainer"]["fixes"]}
+    # an SC arm may not turn the entropy off: the launch check refuses it, so it is never proposed
+    assert "score centering" in fixes["the entropy metric off"]["refused"]
+    assert fixes["a smaller micro-batch"]["changes"] == {"backend.actor.max_token_len_per_gpu": 9_216}
+    assert not any(f["fits"] for f in p["trainer"]["fixes"] if f["refused"] is None)  # one change is not enough
+    combined = p["trainer"]["combined_fix"]
+    assert {c["key"]: c["value"] for c in combined["changes"]} == {
+        "backend.actor.max_token_len_per_gpu": 5_120, "rollout.max_response_length": 4_096,
+        "backend.actor.offload_policy": True}
+    assert combined["same_experiment"] is False and combined["fixes"][-1] == "shorter responses"  # the last resort
     reason = capacity.refusal(p)
-    assert "limiting: logits" in reason and "backend.actor.offload_policy=True" in reason
-    assert "shorter responses: a different experiment" in reason and "backend.capacity.enforce=false" in reason
+    assert "limiting: logits" in reason and "backend.actor.offload_policy=true" in reason
+    assert "a different experiment" in reason and "backend.capacity.enforce=false" in reason
 
 
 def launcher(*args: str) -> subprocess.CompletedProcess:

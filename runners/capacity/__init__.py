@@ -8,9 +8,15 @@ launch fits and what it costs, and a launch that cannot fit is refused before Ra
   activations, the logits block and its temporaries, the score-centering head, a reserve);
 * :mod:`~runners.capacity.rollout` -- one vLLM GPU (weights per tensor-parallel rank, KV cache per
   token, KV capacity, vLLM's own reserve);
-* :mod:`~runners.capacity.timing` -- the time of a step from first principles, evaluation included;
+* :mod:`~runners.capacity.timing` -- the time of a step from first principles: the longest response, evaluation
+  at its own length, training in verl's FLOP convention, the range of the length assumption;
+* :mod:`~runners.capacity.disk` -- checkpoints, dumps and the exported model on disk;
+* :mod:`~runners.capacity.estimate` -- all of it for one resolved config (and the requests in flight);
+* :mod:`~runners.capacity.launch_checks` -- the launcher's checks, for the CLI and for every proposed fix;
+* :mod:`~runners.capacity.fixes` -- what a researcher would try on a misfit, each checked and re-planned;
 * :mod:`~runners.capacity.plan` -- the plan of a resolved config, ``capacity.json`` / ``capacity.md``
-  and the refusal.
+  and the refusal;
+* :mod:`~runners.capacity.calibrate` -- the time replanned from a verl run's first steps (``--from-run``).
 
 ``shapes``, ``trainer``, ``rollout`` and ``timing`` import nothing but the standard library, so the
 device check runs them on a machine with torch alone (``benchmarks/device_capacity.py``); ``plan`` reads

@@ -9,6 +9,11 @@ heads x head_dim``, ``kv = kv_heads x head_dim``), ``3 h I`` (gated MLP), ``2 h 
 RMSNorms and Qwen3's q/k norms); plus the embedding ``V h``, a separate LM head ``V h`` when the
 embeddings are not tied, and the final norm ``h``. Qwen3-4B: 4,022,468,096 (the count of torch's meta
 model, docs/capacity.md).
+
+A ``config.json`` that is there but cannot serve is a :class:`ModelConfigError` (a config error, exit status 2
+where a launcher or the capacity CLI meets it), named for what it is: a local folder without ``config.json``,
+a file that cannot be read, a truncated or malformed file (the JSON error and its position), JSON that is not
+an object, a size that is missing, not an integer (``"2560"``) or not positive.
 """
 
 from __future__ import annotations
@@ -17,6 +22,16 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import Any
+
+from runners.config_error import ConfigError
+
+#: The sizes a decoder's ``config.json`` must give; ``num_key_value_heads`` and ``head_dim`` may be absent.
+REQUIRED_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+OPTIONAL_SIZES = ("num_key_value_heads", "head_dim")
+
+
+class ModelConfigError(ConfigError):
+    """A model's ``config.json`` that is missing, unreadable, malformed or holds a size that cannot be one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,16 +48,24 @@ class ModelShape:
     tie_word_embeddings: bool
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+    def from_config(cls, config: dict[str, Any], source: str = "the model config") -> ModelShape:
         """From a Hugging Face ``config.json`` dict (``text_config`` where the sizes are nested there);
-        ``head_dim`` defaults to ``hidden_size / num_attention_heads``, ``num_key_value_heads`` to the heads."""
+        ``head_dim`` defaults to ``hidden_size / num_attention_heads``, ``num_key_value_heads`` to the heads.
+        :class:`ModelConfigError` names each size that is missing, not an integer or not positive (``source``:
+        where the dict was read, for the message)."""
         if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
             config = {**config["text_config"], "tie_word_embeddings": config.get("tie_word_embeddings", False)}
-        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                               "num_attention_heads") if not isinstance(config.get(k), int)]
+        missing = [k for k in REQUIRED_SIZES if config.get(k) is None]
         if missing:
-            raise ValueError(f"the model config lacks {', '.join(missing)}: not a decoder the capacity plan knows")
+            raise ModelConfigError(f"{source} lacks {', '.join(missing)}: not a decoder the capacity plan knows")
+        bad = [f"{k}={config[k]!r}" for k in (*REQUIRED_SIZES, *OPTIONAL_SIZES) if config.get(k) is not None
+               and (isinstance(config[k], bool) or not isinstance(config[k], int) or config[k] <= 0)]
+        if bad:
+            raise ModelConfigError(f"{source}: {', '.join(bad)}: each size must be an integer > 0")
         heads = int(config["num_attention_heads"])
+        if config.get("head_dim") is None and config["hidden_size"] % heads:
+            raise ModelConfigError(f"{source}: hidden_size={config['hidden_size']} is not a multiple of "
+                                   f"num_attention_heads={heads} and no head_dim is given")
         return cls(vocab_size=int(config["vocab_size"]), hidden_size=int(config["hidden_size"]),
                    intermediate_size=int(config["intermediate_size"]),
                    num_hidden_layers=int(config["num_hidden_layers"]), num_attention_heads=heads,
@@ -91,13 +114,24 @@ PUBLISHED: dict[str, ModelShape] = {
 }
 
 
-def read_config(config_file: Path) -> dict[str, Any] | None:
-    """A ``config.json`` as a dict, or None when it cannot be read."""
+def read_config(config_file: Path) -> dict[str, Any]:
+    """A ``config.json`` as a dict; :class:`ModelConfigError` naming the file and what is wrong with it."""
     try:
-        config = json.loads(Path(config_file).read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
+        text = Path(config_file).read_text()
+    except FileNotFoundError:
+        raise ModelConfigError(f"{config_file} is missing: a model folder needs its config.json") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ModelConfigError(f"{config_file} cannot be read ({err})") from None
+    if not text.strip():
+        raise ModelConfigError(f"{config_file} is empty: copy the model's config.json again")
+    try:
+        config = json.loads(text)
+    except ValueError as err:  # json.JSONDecodeError: truncated or malformed
+        raise ModelConfigError(f"{config_file} is not valid JSON (truncated or malformed: {err}); copy the "
+                               "model's config.json again") from None
+    if not isinstance(config, dict):
+        raise ModelConfigError(f"{config_file} holds a JSON {type(config).__name__}, not an object of sizes")
+    return config
 
 
 def cached_config(repo_id: str) -> Path | None:
@@ -112,21 +146,24 @@ def cached_config(repo_id: str) -> Path | None:
 
 
 def find_config(path: str) -> tuple[dict[str, Any], str] | None:
-    """``(config dict, where it was read)`` of the model at ``path`` (order: the module docstring), or None."""
+    """``(config dict, where it was read)`` of the model at ``path`` (order: the module docstring), or None
+    where ``path`` is no local folder and neither in the cache nor published. A local folder without a
+    readable ``config.json``, or a cached file that cannot be read, is a :class:`ModelConfigError`."""
     local = Path(path).expanduser()
-    candidates = [local / "config.json"] if local.is_dir() else [c for c in [cached_config(path)] if c]
-    for config_file in candidates:
-        if (config := read_config(config_file)) is not None:
-            return config, str(config_file)
+    if local.is_dir():
+        return read_config(local / "config.json"), str(local / "config.json")
+    if (cached := cached_config(path)) is not None:
+        return read_config(cached), str(cached)
     if path in PUBLISHED:
         return PUBLISHED[path].as_dict(), f"the published config.json of {path}"
     return None
 
 
 def shape_of(path: str) -> tuple[ModelShape, str] | None:
-    """``(shape, where it was read)`` of the model at ``path``, or None when no config is found."""
+    """``(shape, where it was read)`` of the model at ``path``, or None when no config is found;
+    :class:`ModelConfigError` for a config that is found but cannot give a shape."""
     found = find_config(path)
     if found is None:
         return None
     config, source = found
-    return ModelShape.from_config(config), source
+    return ModelShape.from_config(config, source), source

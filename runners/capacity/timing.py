@@ -2,24 +2,30 @@
 
 Every figure rests on the :class:`TimeAssumptions`, which the plan reports beside it:
 
+* **response lengths** (:class:`Lengths`): a stated share of the responses reaches the cap ``R``, the rest
+  are uniform with the mean that makes the overall mean the stated one; evaluation has its own mean and
+  share at the cap (a thinking model's answers on AIME often run to the cap). A step's generation lasts
+  until its **longest** response, not its mean one;
 * **generation** on one vLLM replica (``TP`` GPUs) holding ``B`` sequences at once (its share of the batch,
   at most ``max_num_seqs`` and what its KV cache holds at the mean length): a prefill of the prompts at
-  ``2 N`` FLOPs per token and the prefill efficiency; then ``R`` decode iterations (the mean response), each
-  bound by memory bandwidth (a rank reads its weights and the batch's KV cache at the mean context, ``P + R /
-  2``) or by FLOPs (``2 N B / TP``), whichever is slower; ``ceil(share / B)`` waves. The long tail of the
-  slowest responses is not modelled (optimistic where lengths vary);
-* **training**: ``6 N_mm`` FLOPs per token (``8 N_mm`` with gradient checkpointing's recomputation;
-  ``N_mm`` the matrix parameters, the LM head counted, the embedding lookup not) plus causal attention's
-  ``2 q L s^2`` per sequence of ``s`` tokens, forward (x3 with the backward, x4 with checkpointing), over the
-  trainer GPUs at the training efficiency (MFU); with FSDP2's CPU offload, per micro-batch the fp32 shards
-  come in twice (forward, backward) and the gradients go out (``12 N / D`` bytes over the host link), and
-  AdamW runs on the host;
+  ``2 N`` FLOPs per token and the prefill efficiency; then decode iterations, continuous batching: ``(share
+  - B) x mean / B`` while the slots are full, plus the longest response for the last ones to drain; each
+  iteration bound by memory bandwidth (a rank reads its weights and the live sequences' KV cache at the mean
+  context, ``P + R_mean / 2``) or by FLOPs (``2 N live / TP``), whichever is slower; ``live`` the average
+  number of sequences decoding (the response tokens over the iterations);
+* **training**: the FLOPs of verl's own counter (``verl/utils/flops_counter.py``, the one behind the logged
+  ``perf/mfu/actor``): ``6 (L (3 h I + h (2 q + 2 kv)) + 2 V h)`` per token (the embedding and the LM head
+  both counted, tied or not; gradient checkpointing's recomputation **not** counted) plus ``6 q L s^2`` per
+  sequence of ``s`` tokens, over the trainer GPUs at ``train_mfu`` -- so ``train_mfu`` is exactly what verl
+  logs as ``perf/mfu/actor`` and a value copied from a run's log means the same here; with FSDP2's CPU
+  offload, per micro-batch the fp32 shards come in twice (forward, backward) and the gradients go out
+  (``12 N / D`` bytes over the host link), and AdamW runs on the host;
 * **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step; **the SC head**: its bytes
   per response token through verl's transfer path;
 * **a step**: separate_async overlaps generation with training, so a step takes the slower side; on one GPU
   shared by both they run one after the other;
-* **evaluation**: the evaluation sets x ``eval.n`` samples generated the same way, before training and every
-  ``test_freq`` steps, while training waits.
+* **evaluation**: the evaluation sets x ``eval.n`` samples generated the same way, at evaluation's own
+  lengths, before training and every ``test_freq`` steps, while training waits.
 """
 
 from __future__ import annotations
@@ -36,13 +42,69 @@ class TimeAssumptions:
 
     mean_prompt_fraction: float  # mean prompt length / rollout.max_prompt_length
     mean_response_fraction: float  # mean response length / rollout.max_response_length
-    train_mfu: float  # training FLOPs / (trainer GPUs x dense bf16 rate)
+    train_mfu: float  # verl's perf/mfu/actor: verl's training FLOPs (6N, no recomputation) / (GPUs x dense bf16 rate)
     prefill_mfu: float  # prefill (and compute-bound decode) FLOPs / the rollout GPUs' dense bf16 rate
     decode_bandwidth_efficiency: float  # bytes a decode iteration reads / (memory bandwidth x time)
     weight_sync_bytes_per_s: float  # trainer -> vLLM weight sync
     head_transport_bytes_per_s: float  # the SC head from vLLM to the trainer
     host_link_bytes_per_s: float  # host <-> GPU copies of an offloaded trainer (PCIe)
     host_optimizer_params_per_s: float  # AdamW on the host, parameters per second and process
+    response_at_cap_fraction: float = 0.0  # training responses that reach rollout.max_response_length
+    eval_mean_response_fraction: float | None = None  # evaluation's mean response / the cap (None: training's)
+    eval_response_at_cap_fraction: float | None = None  # evaluation's responses at the cap (None: training's)
+
+    def train_lengths(self, cap: int) -> Lengths:
+        return Lengths(cap, self.mean_response_fraction, self.response_at_cap_fraction)
+
+    def eval_lengths(self, cap: int) -> Lengths:
+        mean = self.mean_response_fraction if self.eval_mean_response_fraction is None else self.eval_mean_response_fraction
+        at_cap = (self.response_at_cap_fraction if self.eval_response_at_cap_fraction is None
+                  else self.eval_response_at_cap_fraction)
+        return Lengths(cap, mean, at_cap)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lengths:
+    """Response lengths of one generation: ``at_cap_fraction`` of them at the ``cap``, the rest uniform on
+    ``[low, high]`` (``high = min(cap, 2 m)``, ``low = 2 m - high``, ``m`` their mean) so that the overall
+    mean is ``mean_fraction x cap``. ``ValueError`` where no such lengths exist (more at the cap than the
+    mean allows)."""
+
+    cap: int
+    mean_fraction: float
+    at_cap_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.at_cap_fraction <= self.mean_fraction <= 1:
+            raise ValueError(f"a response share of {self.at_cap_fraction:g} at the cap needs a mean of at least "
+                             f"{self.at_cap_fraction:g} of the cap, not {self.mean_fraction:g}")
+
+    @property
+    def mean(self) -> float:
+        return self.mean_fraction * self.cap
+
+    def _rest(self) -> tuple[float, float]:
+        """``(low, high)`` of the responses below the cap."""
+        f = self.at_cap_fraction
+        m = (self.mean - f * self.cap) / (1 - f) if f < 1 else float(self.cap)
+        high = min(float(self.cap), 2 * m)
+        return 2 * m - high, high
+
+    def longest(self, count: int) -> float:
+        """The expected longest of ``count`` responses: the cap where one of them reaches it (``1 - (1 - f)^count``),
+        else the largest of ``count`` uniform draws, ``high - (high - low) / (count + 1)``."""
+        low, high = self._rest()
+        below = high - (high - low) / (count + 1)
+        p_cap = 1 - (1 - self.at_cap_fraction) ** max(count, 1)
+        return p_cap * self.cap + (1 - p_cap) * below
+
+    def mean_square_sequence(self, prompt: float) -> float:
+        """``E[(prompt + response)^2]`` (attention's FLOPs grow with it)."""
+        low, high = self._rest()
+        f = self.at_cap_fraction
+        rest_mean = (low + high) / 2
+        rest = (prompt + rest_mean) ** 2 + (high - low) ** 2 / 12
+        return f * (prompt + self.cap) ** 2 + (1 - f) * rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,25 +142,42 @@ class Hardware:
 
 
 def generation(shape: ModelShape, sequences: int, prompt: float, response: float, hw: Hardware,
-               ta: TimeAssumptions) -> dict[str, float]:
-    """Seconds to generate ``sequences`` responses of mean length ``response`` to prompts of ``prompt`` tokens."""
+               ta: TimeAssumptions, longest: float | None = None) -> dict[str, float]:
+    """Seconds to generate ``sequences`` responses of mean length ``response`` (the longest ``longest``; None:
+    all of the mean length) to prompts of ``prompt`` tokens (the module docstring)."""
+    longest = response if longest is None else max(longest, response)
     replicas = max(hw.rollout_gpus // hw.tensor_parallel, 1)
     share = math.ceil(sequences / replicas)
     fits = int(hw.kv_capacity_tokens // max(prompt + response, 1))
     batch = max(1, min(share, hw.max_num_seqs, fits))
     waves = math.ceil(share / batch)
+    iterations = max(share - batch, 0) * response / batch + longest
+    live = share * response / iterations if iterations > 0 else 0.0
     context = prompt + response / 2
     rank_flops = hw.bf16_flops * ta.prefill_mfu
-    read = hw.weights_bytes_per_rank + batch * context * hw.kv_bytes_per_token
+    read = hw.weights_bytes_per_rank + live * context * hw.kv_bytes_per_token
     per_iteration = max(read / (hw.bandwidth_bytes_per_s * ta.decode_bandwidth_efficiency),
-                        2 * shape.parameters * batch / hw.tensor_parallel / rank_flops)
+                        2 * shape.parameters * live / hw.tensor_parallel / rank_flops)
     prefill = 2 * shape.parameters * prompt * share / hw.tensor_parallel / rank_flops
-    decode = waves * response * per_iteration
+    decode = iterations * per_iteration
     return {"seconds": prefill + decode, "prefill_seconds": prefill, "decode_seconds": decode,
-            "concurrent_sequences_per_replica": batch, "waves": waves, "decode_iteration_seconds": per_iteration}
+            "concurrent_sequences_per_replica": batch, "waves": waves, "decode_iterations": iterations,
+            "longest_response_tokens": longest, "decode_iteration_seconds": per_iteration}
+
+
+def verl_flops(shape: ModelShape, tokens: float, square_tokens: float) -> float:
+    """Training FLOPs as verl 0.9.1 counts them for ``perf/mfu/actor`` (``_estimate_qwen2_flops``, which Qwen3
+    uses): ``6 x dense x tokens + 6 x sum(s^2) x head_dim x heads x L``, ``dense = L (3 h I + h (q + 2 kv + q))
+    + 2 V h``; ``square_tokens`` is the sum of the sequences' squared lengths."""
+    h = shape.hidden_size
+    dense = (shape.num_hidden_layers * (3 * h * shape.intermediate_size + h * (2 * shape.q_dim + 2 * shape.kv_dim))
+             + 2 * shape.vocab_size * h)
+    return 6 * dense * tokens + 6 * square_tokens * shape.q_dim * shape.num_hidden_layers
 
 
 def training_flops(shape: ModelShape, sequences: int, tokens_per_sequence: float, checkpointing: bool) -> float:
+    """The FLOPs the GPUs execute (hardware FLOPs: the recomputation of gradient checkpointing counted, ``8 N``
+    instead of ``6 N``); the time uses :func:`verl_flops`, the convention of ``train_mfu``."""
     matrices = shape.num_hidden_layers * shape.layer_parameters + shape.embedding_parameters
     passes = 4 if checkpointing else 3  # forward, backward (2x), recomputed forward
     dense = 2 * passes * matrices * tokens_per_sequence * sequences
@@ -109,10 +188,11 @@ def training_flops(shape: ModelShape, sequences: int, tokens_per_sequence: float
 def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: TimeAssumptions) -> dict:
     """The estimate: a step's parts, ``step_seconds``, the evaluations, ``total_hours``, ``gpu_hours_per_arm``."""
     prompt = ta.mean_prompt_fraction * work.max_prompt_length
-    response = ta.mean_response_fraction * work.max_response_length
+    lengths, eval_lengths = ta.train_lengths(work.max_response_length), ta.eval_lengths(work.max_response_length)
+    response = lengths.mean
     sequences = work.prompts_per_step * work.n
-    gen = generation(shape, sequences, prompt, response, hw, ta)
-    train = training_flops(shape, sequences, prompt + response, work.gradient_checkpointing) / (
+    gen = generation(shape, sequences, prompt, response, hw, ta, longest=lengths.longest(sequences))
+    train = verl_flops(shape, sequences * (prompt + response), sequences * lengths.mean_square_sequence(prompt)) / (
         hw.trainer_gpus * hw.bf16_flops * ta.train_mfu)
     offload = 0.0
     if work.offload_policy:  # per micro-batch: fp32 shards in for the forward and the backward, gradients out
@@ -124,12 +204,34 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     head = sequences * response * work.head_bytes_per_token / ta.head_transport_bytes_per_s
     rollout_side, trainer_side = gen["seconds"] + head, train + sync
     step = rollout_side + trainer_side if hw.shared_gpu else max(rollout_side, trainer_side)
-    evaluation = generation(shape, work.eval_prompts * work.eval_n, prompt, response, hw, ta)
+    eval_sequences = work.eval_prompts * work.eval_n
+    evaluation = generation(shape, eval_sequences, prompt, eval_lengths.mean, hw, ta,
+                            longest=eval_lengths.longest(eval_sequences))
     evaluations = work.total_steps // work.test_freq + 1 if work.test_freq > 0 else 1
     total = work.total_steps * step + evaluations * evaluation["seconds"]
     gpus = hw.trainer_gpus if hw.shared_gpu else hw.trainer_gpus + hw.rollout_gpus
     return {"step_seconds": step, "bound_by": "rollout" if rollout_side >= trainer_side else "trainer",
-            "generation": gen, "train_seconds": train, "offload_seconds": offload, "weight_sync_seconds": sync, "sc_head_seconds": head,
-            "mean_prompt_tokens": prompt, "mean_response_tokens": response,
+            "generation": gen, "train_seconds": train, "offload_seconds": offload, "weight_sync_seconds": sync,
+            "sc_head_seconds": head, "mean_prompt_tokens": prompt, "mean_response_tokens": response,
+            "longest_response_tokens": gen["longest_response_tokens"],
+            "eval_mean_response_tokens": eval_lengths.mean,
+            "eval_longest_response_tokens": evaluation["longest_response_tokens"],
             "evaluation_seconds": evaluation["seconds"], "evaluations": evaluations,
             "total_hours": total / 3600, "gpus": gpus, "gpu_hours_per_arm": total / 3600 * gpus}
+
+
+#: The length assumptions of a plan's range: every response short (a quarter of the cap, none at it) and
+#: every response at the cap, in training and in evaluation.
+LENGTH_RANGE = ((0.25, 0.0), (1.0, 1.0))
+
+
+def length_range(shape: ModelShape, work: Workload, hw: Hardware, ta: TimeAssumptions) -> dict[str, float]:
+    """GPU-hours per arm and the step's seconds at the two ends of :data:`LENGTH_RANGE`."""
+    out = {}
+    for end, (mean, at_cap) in zip(("low", "high"), LENGTH_RANGE, strict=True):
+        t = dataclasses.replace(ta, mean_response_fraction=mean, response_at_cap_fraction=at_cap,
+                                eval_mean_response_fraction=mean, eval_response_at_cap_fraction=at_cap)
+        est = step_and_experiment(shape, work, hw, t)
+        out[f"{end}_step_seconds"] = est["step_seconds"]
+        out[f"{end}_gpu_hours_per_arm"] = est["gpu_hours_per_arm"]
+    return out

@@ -22,7 +22,10 @@ Every term was checked against torch's own accounting of the same step on fake t
   one layer is recomputed at a time, with its gate and up gradients in flight (``A + 4 I``); without it every
   layer keeps ``A``. The final norm keeps ``8 h`` until the logits' backward.
 * **logits**, in units of ``T V``: the bf16 block (2; twice with a temperature other than 1); the log-probs:
-  flash-attn's cross-entropy keeps one fp32 log-sum-exp per row and writes a new bf16 gradient (2), verl's
+  flash-attn's cross-entropy keeps one fp32 log-sum-exp per row and writes a new bf16 gradient (2) -- but
+  where the update computes no entropy verl calls it with ``inplace_backward=True``
+  (``verl/workers/engine/fsdp/transformer_impl.py``: ``inplace_backward = not calculate_entropy``) and the
+  gradient overwrites the logits block: no new bytes (0; the SC arms' guard forbids exactly this), verl's
   torch fallback keeps each row's fp32 log-softmax (4, autocast) which its backward turns into the bf16
   gradient; the entropy where the update computes it: verl's chunked function in eager mode keeps each
   chunk's fp32 copy and softmax (8) and, being in the loss at coefficient 0, is backpropagated: its backward
@@ -62,6 +65,7 @@ class TrainerSetup:
     entropy_chunk_rows: int = 2048
     entropy_checkpointing: bool = False
     flash_cross_entropy: bool = True  # flash-attn's cross-entropy for the log-probs; False: verl's torch fallback
+    inplace_cross_entropy: bool | None = None  # its backward writes into the logits; None: verl's rule, without entropy
     temperature_copy: bool = False  # temperature != 1: the scaled logits are a second block
     sc_top_k: int = 0  # the sampler's head size of an SC arm; 0: no head
     sc_chunk_rows: int = 1024  # ablations.score_centering.head_log_probs' chunk
@@ -89,13 +93,21 @@ def logits_bytes(shape: ModelShape, s: TrainerSetup) -> dict[str, int]:
     tv, cv = s.tokens * shape.vocab_size, min(s.entropy_chunk_rows, s.tokens) * shape.vocab_size
     block = BF16 * tv * (2 if s.temperature_copy else 1)
     log_probs = FP32 * s.tokens if s.flash_cross_entropy else FP32 * tv
-    gradient = BF16 * tv
+    gradient = 0 if in_place_gradient(s) else BF16 * tv
     kept = 2 * FP32 * tv if s.calculate_entropy and not s.entropy_checkpointing else 0
     entropy_backward = 0
     if s.calculate_entropy:
         entropy_backward = (12 if s.entropy_checkpointing else 10) * tv + 20 * cv
     return {"kept": kept, "forward_end": block + kept + log_probs,
             "backward_start": block + kept + max(log_probs, gradient), "entropy_backward": entropy_backward}
+
+
+def in_place_gradient(s: TrainerSetup) -> bool:
+    """Does flash-attn's cross-entropy write the logits' gradient into the logits block? verl 0.9.1 asks for it
+    (``inplace_backward=True``) exactly where the update computes no entropy."""
+    if not s.flash_cross_entropy:
+        return False
+    return not s.calculate_entropy if s.inplace_cross_entropy is None else s.inplace_cross_entropy
 
 
 def sc_head_bytes(shape: ModelShape, s: TrainerSetup) -> tuple[int, int]:
