@@ -2,7 +2,8 @@
 
 Each mutation is one textual replacement in one file, applied to a fresh copy of the repository in a
 temporary folder (never to the checkout itself); the named test files then run there, with
-``PYTHONPATH`` pointing at the copy. A mutation is *caught* when pytest reports failed tests (exit 1).
+``PYTHONPATH`` pointing at the copy. A mutation is *caught* when pytest reports failed tests (exit 1) or
+a test module that no longer imports (exit 2, an error during collection).
 First, unless ``--no-baseline``, each test selection runs once on an unmutated copy and must pass: a
 selection that already fails would catch every mutation.
 
@@ -91,12 +92,22 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("is_threshold_default", "the recorded default TIS cap is not verl's", "runners/verl_backend/revisions.py",
              "DEFAULT_IS_THRESHOLD = 2.0", "DEFAULT_IS_THRESHOLD = 2.5",
              ("tests/test_verl_dry_run.py::test_default_threshold_is_verls",)),
+    Mutation("rehearsal_swap_keys_unnamed", "a swap no longer names the Ray runtime_env keys it sets: the rehearsal's "
+             "difference from the reference puts them down to conf/experiment/rehearsal.yaml",
+             "runners/verl_backend/rehearsal.py",
+             'return [*self.overrides, *(f"env:{k}" for k in env), *(f"{RUNTIME_ENV}.{k}" for k in env)]',
+             'return [*self.overrides, *(f"env:{k}" for k in env)]',
+             ("tests/test_rehearsal.py::test_difference_from_the_reference_is_the_named_swaps_and_the_sizes",)),
     # -- the capacity plan
     Mutation("capacity_entropy_not_kept", "the capacity plan forgets the entropy's fp32 chunks kept for its backward",
              "runners/capacity/trainer.py",
              "kept = 2 * FP32 * tv if s.calculate_entropy and not s.entropy_checkpointing else 0",
              "kept = 0",
              ("tests/test_capacity.py",)),
+    Mutation("capacity_count_import_broken", "benchmarks/capacity_count.py imports a module of the repository that "
+             "is not there (moved): its tests must fail, not skip", "benchmarks/capacity_count.py",
+             "from runners.capacity.shapes import PUBLISHED as SHAPES", "from runners.capacity.shape import PUBLISHED as SHAPES",
+             ("tests/test_capacity_count.py",)),
     Mutation("capacity_refusal_ignored", "a launch whose capacity plan does not fit is not refused",
              "runners/verl_backend/checks.py",
              "    if reason is not None and enforce:\n        raise ValueError(reason)",
@@ -132,7 +143,10 @@ def run_tests(root: Path, tests: tuple[str, ...], timeout: int) -> tuple[int, st
     except subprocess.TimeoutExpired:
         return -1, "timed out", time.monotonic() - start
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    return proc.returncode, (lines[-1] if lines else proc.stderr[-300:]), time.monotonic() - start
+    summary = lines[-1] if lines else proc.stderr[-300:]
+    if proc.returncode == 2 and "during collection" in proc.stdout:
+        summary += " (a test module failed to import: error during collection)"
+    return proc.returncode, summary, time.monotonic() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             target.write_text(text.replace(m.old, m.new), encoding="utf-8")
             rc, summary, secs = run_tests(root, m.tests, args.timeout)
-            caught = rc == 1
+            caught = rc == 1 or (rc == 2 and "during collection" in summary)  # failed, or a module that breaks
             print(f"  {'caught' if caught else 'NOT caught'}: {summary} (exit {rc}, {secs:.0f} s)", flush=True)
             if not caught:
                 status = max(status, 1)

@@ -42,6 +42,8 @@ def test_debiased_relative_bias_and_cosine_are_recovered(true_relative):
         assert naive > 0.15  # the undebiased estimate sees bias where there is none
 
 
-def test_too_few_batches_is_refused():
-    with pytest.raises(SystemExit):
+def test_too_few_batches_is_refused(capsys):
+    with pytest.raises(SystemExit) as stop:
         gradient_bias.main(["--batches", "2"])
+    assert stop.value.code == 2  # argparse's usage error, before any model is loaded
+    assert "error: --batches must be >= 3" in capsys.readouterr().err

@@ -442,8 +442,13 @@ def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     proc = subprocess.run(
         [sys.executable, "-c", "import verl"], env=env, capture_output=True, text=True, cwd=REPO
     )
-    assert proc.returncode != 0
-    assert "ScoreCenteringUnsupported" in proc.stderr and rev.REQUIRED_COMMIT in proc.stderr
+    # the process dies of the hook's refusal (Python's status 1 for an uncaught exception: this is a verl
+    # process, not the launcher, whose refusal is `config error`, status 2, before verl starts), not of
+    # another error on the way
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{rev.ScoreCenteringUnsupported.__module__}.ScoreCenteringUnsupported: "), last
+    assert rev.REQUIRED_COMMIT in last and "runners.verl_head" in last, last
 
 
 # -- a real launch, with a stand-in for verl -------------------------------------------------------
