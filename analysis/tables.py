@@ -179,11 +179,6 @@ def seed_aggregate_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("fina
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
-def method_scores(sweep: Sweep, checkpoint: str | int) -> dict[str, np.ndarray]:
-    """Per method: per-problem scores at ``checkpoint``, averaged over the method's seeds."""
-    return {m: y.mean(axis=0) for m, (_, y) in arm_scores(sweep, checkpoint_steps(sweep, [checkpoint])).items()}
-
-
 def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best"),
                  resampler: Resampler | None = None, n_flip: int = N_FLIP, seed: int = SEED,
                  alpha: float = ALPHA) -> pd.DataFrame:
