@@ -113,10 +113,10 @@ def validate(cfg: DictConfig) -> None:
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
     _check_launch(cfg)
     extra = extra_overrides(cfg)
+    check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_backend/vocabulary.py)
     check_model_parallelism(cfg, extra)
     check_capacity(cfg)  # before the data: no point preparing data for GPUs the launch cannot fit
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
-    check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_backend/vocabulary.py)
     if rehearsal.is_rehearsal(cfg):
         rehearsal.check(cfg)
     if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:
