@@ -51,7 +51,8 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
     """
     ref_arms = arm_scores(reference, checkpoint_steps(reference, [checkpoint]))
     if reference_method not in ref_arms:
-        raise ValueError(f"{reference.root}: no evaluated runs of method {reference_method!r}")
+        raise ValueError(f"{reference.root}: no evaluated runs of method {reference_method!r}; its arms: "
+                         f"{', '.join(ref_arms)} (an arm label with a setting in brackets: analysis.peers)")
     ref_runs, y_ref = ref_arms[reference_method]
     labels = set_labels(reference)
     rows = []
