@@ -89,7 +89,7 @@ def check(cfg: DictConfig) -> None:
     """The launcher's checks that concern the GPUs (the module docstring); ConfigError naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from runners.validate import check_arm, check_rules, check_schema
+    from runners.validate import backend_module, check_arm, check_rules, check_schema
 
     if OmegaConf.select(cfg, "backend.name") != "verl":
         raise ConfigError(f"backend={OmegaConf.select(cfg, 'backend.name')}: the capacity plan is of a verl launch "
@@ -98,10 +98,8 @@ def check(cfg: DictConfig) -> None:
         check_schema(cfg)
         check_arm(cfg)
         check_rules(cfg)
-        from runners.verl_backend import checks
-
-        with _checking():
-            checks.validate(as_dry_run(cfg))
+        with _checking():  # the backend's checks reached as the launcher reaches them (runners.validate.validate)
+            backend_module(cfg).validate(as_dry_run(cfg))
     except ConfigError:
         raise
     except (ValueError, OmegaConfBaseException) as err:  # the verl backend's checks raise ValueError

@@ -149,6 +149,8 @@ def find_config(path: str) -> tuple[dict[str, Any], str] | None:
     """``(config dict, where it was read)`` of the model at ``path`` (order: the module docstring), or None
     where ``path`` is no local folder and neither in the cache nor published. A local folder without a
     readable ``config.json``, or a cached file that cannot be read, is a :class:`ModelConfigError`."""
+    if not path.strip():  # not a path (Path("") is the current folder): the launch checks name model.path
+        return None
     local = Path(path).expanduser()
     if local.is_dir():
         return read_config(local / "config.json"), str(local / "config.json")
