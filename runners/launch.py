@@ -219,8 +219,14 @@ def _log_traceback(run_dir: Path) -> Path:
 
 
 def _short(err: BaseException) -> str:
-    """The message of a config error, without Hydra's config search path."""
-    return str(err).strip().split("\nConfig search path:")[0]
+    """The message of a config error on one line: without Hydra's config search path, its list of a group's
+    options joined (``... Available options in 'method': pg, sc, sc_tis, tis``)."""
+    text = str(err).strip().split("\nConfig search path:")[0]
+    head, sep, options = text.partition("\n\nAvailable options in ")
+    if sep:
+        group, _, names = options.partition(":")
+        text = f"{head}. Available options in {group}: " + ", ".join(n.strip() for n in names.split() if n.strip())
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def cli(argv: list[str]) -> int:

@@ -385,8 +385,8 @@ def test_extending_a_run_equals_the_longer_run_bit_for_bit(tmp_path, cache_dir):
 @pytest.mark.parametrize(
     ("override", "wanted"),
     [
-        ("method=pgg", ["Could not find 'method/pgg'", "Available options in 'method'", "\tsc_tis"]),
-        ("scenario=nonexistent", ["Could not find 'scenario/nonexistent'", "\ton_policy"]),
+        ("method=pgg", ["Could not find 'method/pgg'", "Available options in 'method'", " sc_tis"]),
+        ("scenario=nonexistent", ["Could not find 'scenario/nonexistent'", ", on_policy, "]),
         ("+trainer.total_step=60", ["trainer.total_step is not a key", "would be ignored",
                                     "did you mean trainer.total_steps"]),
         ("results_root={file}/results", ["results_root: cannot create the run folder", "is not a folder"]),
