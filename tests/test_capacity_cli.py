@@ -148,6 +148,9 @@ def test_a_step_decodes_until_its_longest_response():
     assert lengths.longest(1_000) == pytest.approx(8_192 * 1_000 / 1_001)
     assert timing.Lengths(8_192, 0.5, 0.3).longest(160) == pytest.approx(8_192)  # 30% at the cap
     assert timing.Lengths(100, 0.5, 0.0).mean_square_sequence(0) == pytest.approx(50 ** 2 + 100 ** 2 / 12)
+    # a decoded token's mean context: (P m + E[r^2] / 2) / m; uniform on [0, 100]: (10 x 50 + 10,000 / 6) / 50
+    assert timing.Lengths(100, 0.5, 0.0).decode_context(10) == pytest.approx((10 * 50 + 100 ** 2 / 3 / 2) / 50)
+    assert timing.Lengths(100, 0.5, 0.5).decode_context(10) == pytest.approx(10 + 100 / 2)  # all at 100 or 0
     with pytest.raises(ValueError, match="needs a mean of at least"):
         timing.Lengths(100, 0.2, 0.3)
     shape = PUBLISHED["Qwen/Qwen3-0.6B"]

@@ -11,7 +11,7 @@ Every figure rests on the :class:`TimeAssumptions`, which the plan reports besid
   ``2 N`` FLOPs per token and the prefill efficiency; then decode iterations, continuous batching: ``(share
   - B) x mean / B`` while the slots are full, plus the longest response for the last ones to drain; each
   iteration bound by memory bandwidth (a rank reads its weights and the live sequences' KV cache at the mean
-  context, ``P + R_mean / 2``) or by FLOPs (``2 N live / TP``), whichever is slower; ``live`` the average
+  context of a decoded token, ``(P m + E[r^2] / 2) / m``: ``P + m / 2`` where all lengths are equal) or by FLOPs (``2 N live / TP``), whichever is slower; ``live`` the average
   number of sequences decoding (the response tokens over the iterations);
 * **training**: the FLOPs of verl's own counter (``verl/utils/flops_counter.py``, the one behind the logged
   ``perf/mfu/actor``): ``6 (L (3 h I + h (2 q + 2 kv)) + 2 V h)`` per token (the embedding and the LM head
@@ -98,6 +98,13 @@ class Lengths:
         p_cap = 1 - (1 - self.at_cap_fraction) ** max(count, 1)
         return p_cap * self.cap + (1 - p_cap) * below
 
+    def decode_context(self, prompt: float) -> float:
+        """The mean context a decoded token attends to, ``(P m + E[r^2] / 2) / m``: long responses decode more
+        tokens, each at a longer context, than the mean length says (``P + m / 2`` where all are equal)."""
+        if self.mean <= 0:
+            return prompt
+        return (self.mean_square_sequence(prompt) - prompt ** 2) / (2 * self.mean)
+
     def mean_square_sequence(self, prompt: float) -> float:
         """``E[(prompt + response)^2]`` (attention's FLOPs grow with it)."""
         low, high = self._rest()
@@ -142,9 +149,10 @@ class Hardware:
 
 
 def generation(shape: ModelShape, sequences: int, prompt: float, response: float, hw: Hardware,
-               ta: TimeAssumptions, longest: float | None = None) -> dict[str, float]:
+               ta: TimeAssumptions, longest: float | None = None, context: float | None = None) -> dict[str, float]:
     """Seconds to generate ``sequences`` responses of mean length ``response`` (the longest ``longest``; None:
-    all of the mean length) to prompts of ``prompt`` tokens (the module docstring)."""
+    all of the mean length) to prompts of ``prompt`` tokens (the module docstring); ``context``: the mean
+    context a decoded token attends to (None: ``prompt + response / 2``, lengths all equal)."""
     longest = response if longest is None else max(longest, response)
     replicas = max(hw.rollout_gpus // hw.tensor_parallel, 1)
     share = math.ceil(sequences / replicas)
@@ -153,7 +161,7 @@ def generation(shape: ModelShape, sequences: int, prompt: float, response: float
     waves = math.ceil(share / batch)
     iterations = max(share - batch, 0) * response / batch + longest
     live = share * response / iterations if iterations > 0 else 0.0
-    context = prompt + response / 2
+    context = prompt + response / 2 if context is None else context
     rank_flops = hw.bf16_flops * ta.prefill_mfu
     read = hw.weights_bytes_per_rank + live * context * hw.kv_bytes_per_token
     per_iteration = max(read / (hw.bandwidth_bytes_per_s * ta.decode_bandwidth_efficiency),
@@ -191,7 +199,8 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     lengths, eval_lengths = ta.train_lengths(work.max_response_length), ta.eval_lengths(work.max_response_length)
     response = lengths.mean
     sequences = work.prompts_per_step * work.n
-    gen = generation(shape, sequences, prompt, response, hw, ta, longest=lengths.longest(sequences))
+    gen = generation(shape, sequences, prompt, response, hw, ta, longest=lengths.longest(sequences),
+                     context=lengths.decode_context(prompt))
     train = verl_flops(shape, sequences * (prompt + response), sequences * lengths.mean_square_sequence(prompt)) / (
         hw.trainer_gpus * hw.bf16_flops * ta.train_mfu)
     offload = 0.0
@@ -206,7 +215,7 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     step = rollout_side + trainer_side if hw.shared_gpu else max(rollout_side, trainer_side)
     eval_sequences = work.eval_prompts * work.eval_n
     evaluation = generation(shape, eval_sequences, prompt, eval_lengths.mean, hw, ta,
-                            longest=eval_lengths.longest(eval_sequences))
+                            longest=eval_lengths.longest(eval_sequences), context=eval_lengths.decode_context(prompt))
     evaluations = work.total_steps // work.test_freq + 1 if work.test_freq > 0 else 1
     total = work.total_steps * step + evaluations * evaluation["seconds"]
     gpus = hw.trainer_gpus if hw.shared_gpu else hw.trainer_gpus + hw.rollout_gpus
