@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
     if report.sweep.skipped:
         print(f"warning: skipped {len(report.sweep.skipped)} run folder(s) whose record (metrics.json, "
-              "config.yaml) or val files fail the contract (--strict makes this an error):", file=sys.stderr)
+              "config.yaml) fails the contract, or whose val files do (--strict makes this an error):", file=sys.stderr)
         for path, reasons in report.sweep.skipped.items():
             print(f"  {path}:", file=sys.stderr)
             for reason in reasons:
