@@ -1,22 +1,35 @@
 """The rehearsal end to end: verl's whole V1 separate_async trainer on a CPU, through the launcher.
 
-One sweep of the four arms (``python runners/launch.py -m +experiment=rehearsal method=pg,tis,sc,sc_tis``)
-for 3 steps with a checkpoint, then the same command with ``trainer.total_steps=5``: each run continues
-from its newest checkpoint as a second attempt. The SC arms run on the installed verl (0.9.1: the
-project's head transport, runners/verl_head). Asserted are properties, not values (the async
-schedule is not deterministic): the run contract, two finished attempts, the arm's registered loss
-metrics at every step, staleness tags within ``rollout.max_staleness``, the sampler's weight
-version following the trainer's after every sync (the CPU rollout's sync log), for the SC arms that
-the sampler's head really arrived (its mass below 1 and varying, the correction not constant), and no
-Ray process left behind. The same run passes through verl 0.9.1's trainer init on the reference experiment's
-``actor_rollout_ref.hybrid_engine=False`` path, which died with ``TypeError`` before the launcher
-set ``VERL_LOGGING_LEVEL`` (``revisions.LOGGER_FLUSH``).
+One module-scoped fixture starts verl five times and every test reads the final state it leaves (no
+test launches or changes a run another test reads, so the order of the tests does not matter):
+
+1. the four-arm sweep ``python runners/launch.py -m +experiment=rehearsal method=pg,tis,sc,sc_tis
+   seed=42 trainer.total_steps=8``: while PG, the first arm, is up (verl start 1), a second launch on
+   its folder must stop at once (``run folder busy:``, exit 3); once that is seen and PG's checkpoint
+   of step 4 is written (verl saves it before it validates and logs step 4), the launcher is killed
+   with SIGKILL, and no verl or Ray process may outlive it;
+2. the same command again: PG resumes from its newest checkpoint whose step is logged (start 2; a
+   checkpoint past the last logged step is moved to ``superseded/``), TIS, SC and SC+TIS run once
+   (starts 3-5).
+
+Asserted are properties, not values (the async schedule is not deterministic): the run contract, the
+attempts, the arm's registered loss metrics at every step, staleness tags within
+``rollout.max_staleness``, the sampler's weight version following the trainer's after every sync (the
+CPU rollout's sync log; the resumed attempt starts from the weights synced at its checkpoint's step),
+for the SC arms that the sampler's head really arrived (its mass below 1 and varying, the correction
+finite and, for SC, not constant), and no Ray process left behind. The SC arms run on the installed verl
+(0.9.1: the project's head transport, runners/verl_head). Every launch passes through verl 0.9.1's
+trainer init on the reference experiment's ``actor_rollout_ref.hybrid_engine=False`` path, which died
+with ``TypeError`` before the launcher set ``VERL_LOGGING_LEVEL`` (``revisions.LOGGER_FLUSH``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,10 +40,16 @@ import pytest
 from analysis import contract
 from runners import verl_cpu
 from runners.verl_backend import layout, resume_point
+from runners.verl_backend.checkpoints import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[2]
+#: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
+#: on the verl backend: verl is started again and records an empty attempt, a sixth start.)
 ARMS = ("pg", "tis", "sc", "sc_tis")
 SC_ARMS = ("sc", "sc_tis")
+KILLED = "pg"
+TOTAL_STEPS = 8
+KILL_AFTER_CHECKPOINT = 4  # conf/experiment/rehearsal.yaml: save_freq 2, test_freq 4 (step 4 is validated)
 MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal keeps
 
 
@@ -84,41 +103,141 @@ def test_a_process_is_a_survivor_unless_shown_otherwise(tmp_path):
     assert not is_survivor("python -m pytest", "S", 1000, env, [ours], 1000)  # not verl or Ray
 
 
-def launch(results: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(REPO / "runners" / "launch.py"), "-m", "+experiment=rehearsal",
-           f"method={','.join(ARMS)}", "seed=42", f"results_root={results}", *extra]
-    return subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=1800)
+def launch_command(results: Path, methods: tuple[str, ...], extra: tuple[str, ...]) -> list[str]:
+    """``python runners/launch.py [-m] +experiment=rehearsal method=...`` into ``results``."""
+    multirun = ["-m"] if len(methods) > 1 else []
+    return [sys.executable, str(REPO / "runners" / "launch.py"), *multirun, "+experiment=rehearsal",
+            f"method={','.join(methods)}", "seed=42", f"results_root={results}",
+            f"trainer.total_steps={TOTAL_STEPS}", *extra]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rehearsal:
+    """What the fixture saw on the way (the run folders hold the rest)."""
+
+    sweep: Path  # results/rehearsal
+    busy: subprocess.CompletedProcess  # the launch on PG's folder while PG ran
+    checkpoints_at_kill: tuple[int, ...]  # PG's checkpoint steps when its launcher was killed
+    survivors_after_kill: tuple[str, ...]  # verl or Ray processes 60 s after the kill
+    again: subprocess.CompletedProcess  # the same command, after the kill
+    survivors_at_end: tuple[str, ...]
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Path:
+def extra_overrides() -> tuple[str, ...]:
+    """Overrides every launch of this module adds (none here): a conftest or test module can override
+    this fixture to rehearse another configuration, e.g. another rollout engine."""
+    return ()
+
+
+def _syncs(run: Path, attempt: int) -> int:
+    path = run / "verl" / f"attempt-{attempt:03d}" / "cpu" / verl_cpu.SYNC_LOG
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _alive(proc: subprocess.Popen, log: Path, deadline: float, what: str, ckpt_dir: Path) -> None:
+    """Fail (killing the sweep) where the sweep ended, stalled or finished PG before ``what``."""
+    if proc.poll() is not None or time.monotonic() > deadline or layout.resume_step(ckpt_dir) == TOTAL_STEPS:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the sweep ended, stalled or finished PG before {what}:\n{log.read_text()[-6000:]}")
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     root = tmp_path_factory.mktemp("rehearsal")
     results = root / "results"
     RESULTS.append(results)
-    for steps in (3, 5):
-        proc = launch(results, f"trainer.total_steps={steps}")
-        assert proc.returncode == 0, f"rehearsal to step {steps} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return results / "rehearsal"
+    sweep, pg = results / "rehearsal", results / "rehearsal" / f"{KILLED}-seed42"
+    command = launch_command(results, ARMS, extra_overrides)
+    log = root / "sweep.err"
+    with log.open("w") as stderr:
+        first = subprocess.Popen(command, cwd=root, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr)
+    ckpt_dir = layout.checkpoints_dir(pg)
+    deadline = time.monotonic() + 900
+    while _syncs(pg, 1) < 1:  # PG's attempt is up: Ray, the workers and the rollout
+        _alive(first, log, deadline, "PG's first weight sync", ckpt_dir)
+        time.sleep(0.5)
+    # the second launch runs while PG trains; the kill waits for its answer (after the kill the folder is free)
+    out, err = root / "second.out", root / "second.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        second = subprocess.Popen(launch_command(results, (KILLED,), extra_overrides), cwd=root, env=ENV,
+                                  stdout=stdout, stderr=stderr)
+    while second.poll() is None or (layout.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
+        _alive(first, log, deadline, f"the second launch's answer and PG's checkpoint of step {KILL_AFTER_CHECKPOINT}",
+               ckpt_dir)
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    at_kill = tuple(list_checkpoints(ckpt_dir))
+    deadline = time.monotonic() + 60
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(1)
+    survivors = tuple(ray_processes())
+    again = subprocess.run(command, cwd=root, env=ENV, capture_output=True, text=True, timeout=1800)
+    busy = subprocess.CompletedProcess(second.args, second.returncode, out.read_text(), err.read_text())
+    return Rehearsal(sweep, busy, at_kill, survivors, again, tuple(ray_processes()))
+
+
+def _record(rehearsal: Rehearsal, arm: str) -> dict:
+    return json.loads((rehearsal.sweep / f"{arm}-seed42" / "metrics.json").read_text())
+
+
+def test_a_second_launch_on_a_busy_folder_stops_at_once(rehearsal):
+    assert rehearsal.busy.returncode == 3, rehearsal.busy.stderr[-2000:]
+    assert rehearsal.busy.stderr.startswith("run folder busy:"), rehearsal.busy.stderr[-2000:]
+
+
+def test_the_launcher_was_killed_past_a_checkpoint_and_no_verl_or_ray_process_outlived_it(rehearsal):
+    assert max(rehearsal.checkpoints_at_kill) >= KILL_AFTER_CHECKPOINT, rehearsal.checkpoints_at_kill
+    assert rehearsal.survivors_after_kill == (), "verl or Ray processes outlived the killed launcher"
+
+
+def test_the_same_command_finishes_the_sweep_and_leaves_no_ray_process(rehearsal):
+    again = rehearsal.again
+    assert again.returncode == 0, f"{again.stdout[-3000:]}\n{again.stderr[-6000:]}"
+    assert rehearsal.survivors_at_end == ()
 
 
 @pytest.mark.parametrize("arm", ARMS)
-def test_run_contract_and_two_attempts(sweep, arm):
-    run = sweep / f"{arm}-seed42"
+def test_run_contract_and_attempts(rehearsal, arm):
+    """PG was killed and resumed; TIS, SC and SC+TIS ran once. Validation at each attempt's start (verl
+    validates before it trains, a resumed attempt too), every 4 steps and at the end."""
+    run = rehearsal.sweep / f"{arm}-seed42"
     problems = contract.check_run_dir(run)
     assert not problems, problems
-    record = json.loads((run / "metrics.json").read_text())
-    attempts = record["run"]["attempts"]
-    assert [(a["start_step"], a["end_step"], a["status"]) for a in attempts] == [(0, 3, "finished"), (3, 5, "finished")]
-    assert record["run"]["status"] == "finished"
-    assert [r["step"] for r in record["val"]] == [0, 3, 4, 5]  # before training, every 4 steps, at each end
+    record = _record(rehearsal, arm)
+    attempts = [(a["start_step"], a["end_step"], a["status"]) for a in record["run"]["attempts"]]
+    if arm == KILLED:
+        assert [a[2] for a in attempts] == ["killed", "finished"] and attempts[1][1] == TOTAL_STEPS, attempts
+    else:
+        assert attempts == [(0, TOTAL_STEPS, "finished")]
+    assert record["run"]["status"] == "finished" and record["run"]["last_step"] == TOTAL_STEPS
+    starts = {a[0] for a in attempts}
+    assert [r["step"] for r in record["val"]] == sorted(starts | {4, TOTAL_STEPS})
+
+
+def test_the_killed_run_resumes_from_its_newest_logged_checkpoint(rehearsal):
+    """verl saves step N's checkpoint before it validates and logs step N: a kill in between leaves a
+    checkpoint whose step no log holds. The resumed attempt starts from the newest checkpoint at or before
+    the last logged step (the killed attempt's end); later ones are moved to ``superseded/``, not deleted."""
+    run = rehearsal.sweep / f"{KILLED}-seed42"
+    killed, resumed = _record(rehearsal, KILLED)["run"]["attempts"]
+    logged = killed["end_step"]
+    assert resumed["start_step"] == max((c for c in rehearsal.checkpoints_at_kill if c <= logged), default=0)
+    aside = layout.checkpoints_dir(run) / resume_point.SUPERSEDED
+    moved = sorted(p.name for p in aside.iterdir()) if aside.exists() else []
+    assert moved == sorted(f"global_step_{c}-before-attempt-002" for c in rehearsal.checkpoints_at_kill if c > logged)
 
 
 @pytest.mark.parametrize("arm", ARMS)
-def test_every_step_has_the_arms_loss_metrics_and_staleness_tags(sweep, arm):
-    run = sweep / f"{arm}-seed42"
-    rows = json.loads((run / "metrics.json").read_text())["train"]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+def test_every_step_has_the_arms_loss_metrics_and_staleness_tags(rehearsal, arm):
+    run = rehearsal.sweep / f"{arm}-seed42"
+    rows = _record(rehearsal, arm)["train"]
+    assert [r["step"] for r in rows] == list(range(1, TOTAL_STEPS + 1))  # no step lost to the kill
     required = contract.required_train_metrics(contract.run_traits(run))
     if arm == "tis":
         assert "actor/tis_clip_fraction" in required
@@ -130,87 +249,45 @@ def test_every_step_has_the_arms_loss_metrics_and_staleness_tags(sweep, arm):
 
 
 @pytest.mark.parametrize("arm", ARMS)
-def test_sampler_weight_version_follows_the_trainer(sweep, arm):
+def test_sampler_weight_version_follows_the_trainer(rehearsal, arm):
     """Each attempt syncs the trainer's weights to the sampler at start and after every step: the
-    sampler's version runs start, start+1, ..., end, and the weights change at every sync; the
-    second attempt starts from the weights the first one synced last (its checkpoint)."""
-    run = sweep / f"{arm}-seed42"
+    sampler's version runs start, start+1, ..., and the weights change at every sync; a finished attempt
+    syncs through the last step and leaves no weight file behind; the resumed attempt starts from the
+    weights its checkpoint's step synced in the killed attempt."""
+    run = rehearsal.sweep / f"{arm}-seed42"
+    attempts = _record(rehearsal, arm)["run"]["attempts"]
     logs = []
-    for attempt, (start, end) in ((1, (0, 3)), (2, (3, 5))):
-        path = run / "verl" / f"attempt-{attempt:03d}" / "cpu" / verl_cpu.SYNC_LOG
-        syncs = [json.loads(line) for line in path.read_text().splitlines()]
-        assert [s["global_steps"] for s in syncs] == list(range(start, end + 1)), syncs
+    for number, attempt in enumerate(attempts, 1):
+        folder = run / "verl" / f"attempt-{number:03d}" / "cpu"
+        syncs = [json.loads(line) for line in (folder / verl_cpu.SYNC_LOG).read_text().splitlines()]
+        steps = [s["global_steps"] for s in syncs]
+        assert steps == list(range(attempt["start_step"], attempt["start_step"] + len(steps))), syncs
         digests = [s["weights"] for s in syncs]
         assert len(set(digests)) == len(digests), f"weights did not change at some sync: {digests}"
-        logs.append(syncs)
-    assert logs[1][0]["weights"] == logs[0][-1]["weights"]
-    assert not list((run / "verl" / "attempt-001" / "cpu").glob("weights-*")), "weight files left behind"
+        if attempt["status"] == "finished":
+            assert steps[-1] == attempt["end_step"], syncs
+            assert not list(folder.glob("weights-*")), "weight files left behind"
+        else:  # killed past its last logged step
+            assert steps[-1] >= attempt["end_step"], syncs
+        logs.append({s["global_steps"]: s["weights"] for s in syncs})
+    if arm == KILLED:
+        start = attempts[1]["start_step"]
+        assert logs[1][start] == logs[0][start], "the resumed attempt did not start from its checkpoint's weights"
 
 
 @pytest.mark.parametrize("arm", SC_ARMS)
-def test_the_samplers_head_arrives_at_the_trainer(sweep, arm):
+def test_the_samplers_head_arrives_at_the_trainer(rehearsal, arm):
     """k = 8 of the tiny model's 38 tokens: the sampler's head mass is below 1 at every step and varies
-    from step to step, as does the trainer's; SC's correction is computed from them (not a constant).
-    (SC+TIS's correction is exactly 0 wherever no head ratio p/q exceeds the cap and rho >= 1/2, as it
-    mostly is at this learning rate: docs/score_centering.md, property 5; so only its masses are checked.)"""
-    rows = json.loads((sweep / f"{arm}-seed42" / "metrics.json").read_text())["train"]
+    from step to step, as does the trainer's; SC's correction is computed from them (finite, not a
+    constant). (SC+TIS's correction is exactly 0 wherever no head ratio p/q exceeds the cap and
+    rho >= 1/2, as it mostly is at this learning rate: docs/score_centering.md, property 5; so only its
+    masses are checked, and that its correction is finite.)"""
+    rows = _record(rehearsal, arm)["train"]
     sampler = [r["actor/sc_sampler_head_mass"] for r in rows]
     trainer = [r["actor/sc_train_head_mass"] for r in rows]
     correction = [r["actor/sc_correction"] for r in rows]
     assert all(0.5 < q < 1 - 1e-6 for q in sampler + trainer), (sampler, trainer)
     assert len(set(sampler)) == len(sampler) and len(set(trainer)) == len(trainer), (sampler, trainer)
-    assert all(c == c for c in correction)  # finite, not nan
+    assert all(math.isfinite(c) for c in correction), correction
     if arm == "sc":
         assert len(set(correction)) > 1, correction
-
-
-def test_no_ray_process_survives(sweep):
-    assert ray_processes() == []
-
-
-def _syncs(run: Path, attempt: int) -> int:
-    path = run / "verl" / f"attempt-{attempt:03d}" / "cpu" / verl_cpu.SYNC_LOG
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def test_kill_9_of_the_launcher_mid_run_then_the_same_command_resumes(sweep):
-    """PG extended to 15 steps (room to be killed mid-run): a second launch on the busy folder stops at once; SIGKILL of the
-    launcher as soon as step 8's checkpoint is written (verl validates and logs step 8 only after it: a kill
-    there used to leave the run with step 8 in no log) leaves no Ray process; the same command then finishes
-    the run, with the killed attempt recorded as killed and every step logged."""
-    run = sweep / "pg-seed42"
-    results = sweep.parent
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=pg", "seed=42",
-           f"results_root={results}", "trainer.total_steps=15"]
-    first = subprocess.Popen(cmd, cwd=results.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 900
-    while _syncs(run, 3) < 1:  # attempt 3 is up: Ray, the workers and the rollout
-        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-3000:]
-        time.sleep(1)
-    busy = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=300)
-    assert busy.returncode == 3 and busy.stderr.startswith("run folder busy:"), busy.stderr[-2000:]
-    while (layout.resume_step(layout.checkpoints_dir(run)) or 0) < 8:
-        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-3000:]
-        time.sleep(0.05)
-    first.kill()
-    first.wait()
-    deadline = time.monotonic() + 60
-    while ray_processes() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert ray_processes() == [], "verl or Ray processes outlived the killed launcher"
-
-    again = subprocess.run(cmd, cwd=results.parent, env=env, capture_output=True, text=True, timeout=1800)
-    assert again.returncode == 0, again.stderr[-6000:]
-    record = json.loads((run / "metrics.json").read_text())
-    attempts = record["run"]["attempts"]
-    assert [a["status"] for a in attempts] == ["finished", "finished", "killed", "finished"], attempts
-    assert record["run"]["status"] == "finished" and record["run"]["last_step"] == 15
-    assert [r["step"] for r in record["train"]] == list(range(1, 16))
-    assert contract.check_run_dir(run) == []
-    assert ray_processes() == []
-    superseded = layout.checkpoints_dir(run) / resume_point.SUPERSEDED / "global_step_8-before-attempt-004"
-    if superseded.exists():  # killed between step 8's checkpoint and its log: resumed from step 6
-        assert attempts[3]["start_step"] == 6 and attempts[2]["end_step"] == 7, attempts
-    else:
-        assert attempts[3]["start_step"] >= 8, attempts
