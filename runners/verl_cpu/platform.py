@@ -32,7 +32,7 @@ class CpuDeviceModule(types.ModuleType):
             return lambda *a, **k: "CPU"
         if name == "mem_get_info":
             return lambda *a, **k: (0, 0)
-        if name.startswith(("memory_", "max_memory", "reset_", "empty_cache")):
+        if name.startswith(("memory_", "max_memory", "reset_", "empty_cache", "ipc_collect")):  # ipc_collect: verl's weight sender
             return lambda *a, **k: 0
         raise AttributeError(name)
 
