@@ -72,13 +72,18 @@ def run_dir(cfg: DictConfig) -> Path:
     return Path(cfg.results_root) / cfg.sweep / cfg.run_name
 
 
+def _side_by_side(code: str, *envs: dict[str, str]) -> list[subprocess.CompletedProcess]:
+    """``python -c code`` in one fresh process per environment, all at once (each imports verl on one core)."""
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for env in envs]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outputs, strict=True)]
+
+
 # -- the init crash of the reference launch --------------------------------------------------------
-def _log_like_the_trainer(env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Import verl's separate_async trainer module in a fresh process with ``env`` and make the call
-    its init makes on the ``hybrid_engine=False`` path."""
-    code = (f"import importlib; m = importlib.import_module({TRAINER_MODULE!r}); "
-            "m.logger.info('hybrid replicas disabled', flush=True); print('survived')")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+#: Import verl's separate_async trainer module and make the call its init makes on the ``hybrid_engine=False`` path.
+LOG_LIKE_THE_TRAINER = (f"import importlib; m = importlib.import_module({TRAINER_MODULE!r}); "
+                        "m.logger.info('hybrid replicas disabled', flush=True); print('survived')")
 
 
 def test_the_installed_verl_has_the_logger_flush_call():
@@ -92,14 +97,13 @@ def test_the_installed_verl_has_the_logger_flush_call():
 def test_reference_environment_survives_the_call_that_killed_trainer_init(tmp_path):
     _defect_lines()
     base = {k: v for k, v in os.environ.items() if k != "VERL_LOGGING_LEVEL"}
-    broken = _log_like_the_trainer(base)
-    assert broken.returncode != 0 and "unexpected keyword argument 'flush'" in broken.stderr, broken.stderr[-2000:]
-
     cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
     spec = launch.build_spec(cfg, run_dir(cfg))
+    broken, fixed = _side_by_side(LOG_LIKE_THE_TRAINER, base, {**base, **spec.env})
+    assert broken.returncode != 0 and "unexpected keyword argument 'flush'" in broken.stderr, broken.stderr[-2000:]
+
     assert spec.env["VERL_LOGGING_LEVEL"] == "WARN"  # the driver
     assert "ray_kwargs.ray_init.runtime_env.env_vars.VERL_LOGGING_LEVEL=WARN" in [o.lstrip("+") for o in spec.overrides]
-    fixed = _log_like_the_trainer({**base, **spec.env})
     assert fixed.returncode == 0 and "survived" in fixed.stdout, fixed.stderr[-2000:]
 
 
@@ -222,24 +226,26 @@ def test_assets_are_the_shipped_model_and_parquet_sets_in_the_reference_schema(t
 
 
 # -- the stand-ins through verl's registries ---------------------------------------------------------
-def _registered(env: dict[str, str]) -> dict:
+def _registered(*envs: dict[str, str]) -> list[dict]:
     code = ("import json, verl; from verl.plugin.platform import PlatformRegistry as P; "
             "from verl.checkpoint_engine.base import CheckpointEngineRegistry as C; "
             "from verl.workers.rollout.replica import RolloutReplicaRegistry as R; "
             "print(json.dumps({'platform': 'cpu' in P._platforms, 'sync': 'cpu_file' in C._registry, "
             "'rollout': 'cpu_hf' in R._registry, "
             "'vllm': R._registry['vllm'].__module__ == 'runners.verl_cpu.rollout'}))")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = []
+    for proc in _side_by_side(code, *envs):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return out
 
 
 def test_the_entry_point_registers_the_cpu_platform_only_when_selected():
     base = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES")}
-    assert _registered(base) == {"platform": False, "sync": False, "rollout": False, "vllm": False}
+    plain, cpu = _registered(base, {**base, **verl_cpu.ENVIRONMENT})
+    assert plain == {"platform": False, "sync": False, "rollout": False, "vllm": False}
     # on the CPU platform verl's name `vllm` is the CPU stand-in too (what the rehearsal's SC arms use)
-    assert _registered({**base, **verl_cpu.ENVIRONMENT}) == {"platform": True, "sync": True, "rollout": True,
-                                                             "vllm": True}
+    assert cpu == {"platform": True, "sync": True, "rollout": True, "vllm": True}
 
 
 def test_gloo_backend_string():
