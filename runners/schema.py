@@ -172,9 +172,11 @@ class RolloutConfig:
 
 @dataclass
 class EvalConfig:
-    """``eval``: ``numerics`` is how the evaluation samples (``runners.local.evaluate``): ``clean`` with
-    the trainer's own numerics, ``scenario`` through the scenario's sampler mismatch. It changes the
-    scores, so runs that differ in it are scored differently."""
+    """``eval``: ``numerics`` is how the embedded evaluation samples (``runners.local.evaluate``): ``clean``
+    with the trainer's own numerics, ``scenario`` through the scenario's sampler mismatch. It changes the
+    scores, so runs that differ in it are scored differently. The verl backend validates through vLLM at
+    the rollout engine's dtype and has no scenario numerics (scenarios are embedded-only), so there both
+    values evaluate alike."""
 
     n: int = at_least(1)
     temperature: float = positive()
@@ -315,6 +317,7 @@ class VerlBackendConfig:
     name: str = choice("verl", default="verl")
     dry_run: bool = False
     platform: str = choice("gpu", "cpu", default="gpu")
+    rehearsal_rollout: str = choice("standin", "vllm", default="standin")  # platform=cpu only (docs/rehearsal.md)
     python: Optional[str] = None  # noqa: UP045
     trainer_mode: str = choice("separate_async")
     num_warmup_batches: int = at_least(0)

@@ -81,10 +81,56 @@ def rollout_name(cfg: DictConfig) -> str:
     return verl_cpu.HEAD_ROLLOUT_NAME if native_sc else verl_cpu.ROLLOUT_NAME
 
 
+def uses_vllm(cfg: DictConfig) -> bool:
+    """Whether the rehearsal's rollout is vLLM's CPU build (``backend.rehearsal_rollout=vllm``)."""
+    return OmegaConf.select(cfg, "backend.rehearsal_rollout", default="standin") == verl_cpu.VLLM_ROLLOUT
+
+
+#: The CPU engine's settings (vLLM's CPU build through verl's vLLM server), set once here: no sleep mode
+#: (refused on CPUs), eager (its compile cache does not reload: 50-60 s a start), small sync buckets
+#: (each bucket is one /dev/shm segment), no prefix cache (a sync would have to clear it).
+VLLM_CPU_OVERRIDES = {"enable_sleep_mode": False, "enforce_eager": True, "enable_prefix_caching": False,
+                      "checkpoint_engine.update_weights_bucket_megabytes": 16}
+#: Its environment: KV cache of 1 GiB per replica (otherwise a share of the machine's RAM), no thread
+#: pinning (the default pins every replica to core 0), one thread.
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
+    """The rollout swap with vLLM's CPU build: verl's vLLM replica and server (the project's head-capturing
+    server with a CPU weight loader), its settings and its folders (caches and RPC sockets in the attempt)."""
+    from runners.verl_backend import revisions as rev
+
+    return Swap(
+        "rollout", "vLLM's CPU build (the vllm-cpu extra) through verl's vLLM replica and server classes, "
+        "registered under verl's name `vllm` by the CPU platform (runners.verl_vllm_cpu: the project's "
+        "head-capturing server, weights loaded through vLLM's in-place reload); eager, no sleep mode, "
+        "1 GiB KV cache, 16 MB sync buckets, fp32",
+        {f"{rev.ROLLOUT}.name": verl_cpu.HEAD_ROLLOUT_NAME, f"{rev.ROLLOUT}.dtype": "float32",
+         **{f"{rev.ROLLOUT}.{key}": value for key, value in VLLM_CPU_OVERRIDES.items()}},
+        {verl_cpu.ROLLOUT_ENV: verl_cpu.VLLM_ROLLOUT, **VLLM_CPU_ENV,
+         "VLLM_CACHE_ROOT": str(state_dir / "vllm_cache"), "VLLM_RPC_BASE_PATH": str(vllm_rpc_folder(state_dir))})
+
+
+def vllm_rpc_folder(state_dir: Path) -> Path:
+    """vLLM's folder of IPC socket files for one attempt: short (a Unix socket's path holds at most 107
+    bytes, and vLLM appends a 36-character name), under the temporary folder, named by the attempt."""
+    import hashlib
+
+    return Path(tempfile.gettempdir()) / f"sc-vllm-rpc-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
+
+
 def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
     """The CPU swaps of a rehearsal, in the order they are applied (``state_dir``: the attempt's
     folder for the weight-sync files and the rollout's sync log)."""
     model = Path(str(cfg.model.path)).expanduser().resolve()
+    rollout = vllm_rollout_swap(cfg, state_dir) if uses_vllm(cfg) else Swap(
+        "rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl_cpu.rollout): "
+        "an HF model sampling on the CPU instead of vLLM, returning the sampler's top-k head where a request "
+        "asks for it; an SC arm on verl's own head transport keeps rollout.name="
+        f"{verl_cpu.HEAD_ROLLOUT_NAME} (verl 8718ca30 takes the head from that name only), which the "
+        "CPU platform registers to the same stand-in",
+        {"actor_rollout_ref.rollout.name": rollout_name(cfg), "actor_rollout_ref.rollout.dtype": "float32"})
     return [
         Swap("model", "the shipped tiny Qwen3 (prepare_assets) instead of a hub checkpoint; sdpa, no flash-attn",
              {"actor_rollout_ref.model.path": model,
@@ -92,12 +138,7 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
         Swap("platform", "verl's platform `cpu` (runners.verl_cpu.platform): device cpu, gloo collectives; "
              "verl's FSDP engine is looked up under the cuda device name; one thread per process",
              env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}, modules=(PLUGIN_MODULE,)),
-        Swap("rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl_cpu.rollout): "
-             "an HF model sampling on the CPU instead of vLLM, returning the sampler's top-k head where a request "
-             "asks for it; an SC arm on verl's own head transport keeps rollout.name="
-             f"{verl_cpu.HEAD_ROLLOUT_NAME} (verl 8718ca30 takes the head from that name only), which the "
-             "CPU platform registers to the same stand-in",
-             {"actor_rollout_ref.rollout.name": rollout_name(cfg), "actor_rollout_ref.rollout.dtype": "float32"}),
+        rollout,
         Swap("weight sync", f"`{verl_cpu.WEIGHT_SYNC_BACKEND}` in verl's CheckpointEngineRegistry "
              "(runners.verl_cpu.weight_sync): a file per sync instead of NCCL",
              {"actor_rollout_ref.rollout.checkpoint_engine.backend": verl_cpu.WEIGHT_SYNC_BACKEND},

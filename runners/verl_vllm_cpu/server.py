@@ -1,0 +1,39 @@
+"""verl 0.9.1's vLLM replica on vLLM's CPU build: the project's head-capturing server with the CPU weight loader.
+
+:class:`CpuVLLMServer` is :class:`runners.verl_head.vllm_server.HeadVLLMServer` (verl's ``vLLMHttpServer``
+that returns the SC head where a request asks for it and is plain verl otherwise) whose worker extension,
+verl's slot ``_get_worker_extension_cls``, is :data:`runners.verl_vllm_cpu.worker_extension.EXTENSION`.
+:class:`CpuVLLMReplica` is verl's ``vLLMReplica`` with that server class; the CPU platform registers it
+under verl's rollout name ``vllm`` when the rehearsal's rollout is vLLM (``backend.rehearsal_rollout=vllm``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from runners.verl_head.vllm_server import HeadVLLMReplica, HeadVLLMServer
+from runners.verl_vllm_cpu.worker_extension import EXTENSION
+
+
+class CpuVLLMServer(HeadVLLMServer):
+    """The head-capturing vLLM server with the worker extension that loads weights on a CPU."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if folder := os.environ.get("VLLM_RPC_BASE_PATH"):  # vLLM binds its sockets there but does not create it
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        super().__init__(*args, **kwargs)
+
+    def _get_worker_extension_cls(self) -> str:
+        return EXTENSION
+
+
+class CpuVLLMReplica(HeadVLLMReplica):
+    """verl's vLLM replica with :class:`CpuVLLMServer` as its server class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server_class = ray.remote(CpuVLLMServer)
