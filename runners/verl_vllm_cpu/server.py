@@ -1,5 +1,8 @@
 """verl 0.9.1's vLLM replica on vLLM's CPU build: the project's head-capturing server with the CPU weight loader.
 
+Once its engine is up the server unlinks the engine's shared-memory segments (:func:`unlink_engine_segments`),
+so none outlives the run, however it ends.
+
 :class:`CpuVLLMServer` is :class:`runners.verl_head.vllm_server.HeadVLLMServer` (verl's ``vLLMHttpServer``
 that returns the SC head where a request asks for it and is plain verl otherwise) whose worker extension,
 verl's slot ``_get_worker_extension_cls``, is :data:`runners.verl_vllm_cpu.worker_extension.EXTENSION`.
@@ -16,6 +19,7 @@ from typing import Any
 import ray
 
 from runners.verl_head.vllm_server import HeadVLLMReplica, HeadVLLMServer
+from runners.verl_vllm_cpu.segments import unlink_engine_segments
 from runners.verl_vllm_cpu.worker_extension import EXTENSION
 
 
@@ -26,6 +30,10 @@ class CpuVLLMServer(HeadVLLMServer):
         if folder := os.environ.get("VLLM_RPC_BASE_PATH"):  # vLLM binds its sockets there but does not create it
             Path(folder).mkdir(parents=True, exist_ok=True)
         super().__init__(*args, **kwargs)
+
+    async def run_server(self, args: Any) -> None:
+        await super().run_server(args)
+        unlink_engine_segments(os.getpid())
 
     def _get_worker_extension_cls(self) -> str:
         return EXTENSION

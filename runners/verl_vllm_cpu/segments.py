@@ -1,0 +1,45 @@
+"""vLLM's shared-memory segments on a CPU: found through the processes that map them, unlinked once mapped."""
+
+from __future__ import annotations
+
+import os
+
+SHM_PREFIX = "/dev/shm/psm_"
+
+
+def mapped_segments(pid: int) -> set[str]:
+    """The POSIX shared-memory segments (``/dev/shm/psm_*``, Python's ``SharedMemory``) that process ``pid``
+    and its descendants have mapped."""
+    import psutil
+
+    root = psutil.Process(pid)
+    paths: set[str] = set()
+    for proc in (root, *root.children(recursive=True)):
+        try:
+            with open(f"/proc/{proc.pid}/maps") as maps:
+                for line in maps:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith(SHM_PREFIX) and "(deleted)" not in fields[5]:
+                        paths.add(fields[5].strip())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return paths
+
+
+def unlink_engine_segments(pid: int) -> list[str]:
+    """Unlink the shared-memory segments vLLM's processes under ``pid`` have mapped, once the engine is up.
+
+    vLLM's engine core and workers talk through ``SharedMemory`` message queues (168 MB and 252 MB on the
+    rehearsal's engine) that only a graceful shutdown unlinks; Ray ends the server actor without one, so
+    every run left them in ``/dev/shm``. Once every process has mapped them, their names are not needed:
+    unlinked, the memory stays valid for the mappings and is freed when the last process exits, however
+    it ends (vLLM's own unlink at a graceful shutdown then finds nothing, which it ignores).
+    """
+    removed = []
+    for path in sorted(mapped_segments(pid)):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
