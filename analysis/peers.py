@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import peer_keys
+from runners.config_history import with_added_keys
 
 MULTIRUN_FILE = "multirun.yaml"
 #: Swept keys that are not a setting: the arm (the comparison's axis) and the seed (the replicates).
@@ -100,7 +101,7 @@ def cell_value(run_dir: Path, config: Mapping[str, Any], key: str) -> str:
     found = _override_value(run_dir, key)
     if found is not None:
         return found
-    flat = peer_keys.flatten(config)
+    flat = peer_keys.flatten(with_added_keys(config))
     for candidate in (key, f"{key}.name"):
         if candidate in flat:
             return peer_keys.text(flat[candidate])

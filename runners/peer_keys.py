@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from runners.config_history import with_added_keys
 from runners.run_contract import CONFIG_FILE
 
 #: Keys (and the keys under them) that cannot change a number in the report (the module doc says why each).
@@ -86,7 +87,8 @@ def is_pooling_key(key: str) -> bool:
 def setting(config: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The pooling keys of a resolved config and their values (keys under ``exclude`` left out too)."""
     exclude = tuple(exclude)
-    return {k: v for k, v in flatten(config).items() if is_pooling_key(k) and not _under(k, exclude)}
+    flat = flatten(with_added_keys(config))  # a run written before a key existed: what it did
+    return {k: v for k, v in flat.items() if is_pooling_key(k) and not _under(k, exclude)}
 
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:

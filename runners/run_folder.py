@@ -3,7 +3,9 @@
 :func:`plan` (reads only; run before any compute) compares the folder with the new config:
 
 - ``new``: no ``config.yaml`` yet;
-- ``resume``: the same config, apart from ``RESUME_INSENSITIVE_KEYS``: the run continues from its
+- ``resume``: the same config, apart from ``RESUME_INSENSITIVE_KEYS`` (each with the keys under it) and
+  keys added after the folder was written that hold what its run did (``runners.config_history``):
+  the run continues from its
   newest checkpoint (or is left as it is when finished);
 - ``extend``: only ``trainer.total_steps`` differs, and it is raised: the run continues from its
   newest checkpoint to the new total, as a new attempt;
@@ -37,6 +39,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from runners.config_error import ConfigError
+from runners.config_history import ADDED_KEYS, with_added_keys
 from runners.provenance import config_sha256
 from runners.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
 from runners.run_record import atomic_write_text, config_edited, record_config_sha256, remove_stale_temp_files
@@ -56,6 +59,10 @@ def _flatten(d: object, prefix: str = "") -> dict[str, object]:
             out.update(_flatten(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: d}
+
+
+def _under(key: str, roots: frozenset[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
 
 
 def completed_steps_evidence(run_dir: Path) -> str | None:
@@ -92,10 +99,11 @@ def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
     if edited is not None and evidence is not None:
         raise ConfigError(f"{path}: {edited}. The record is what ran: restore {CONFIG_FILE} to the config the run was "
                           "launched with, or move the folder away; nothing was changed.")
-    old = _flatten(OmegaConf.to_container(OmegaConf.load(path)))
+    # a folder written before a key existed holds what its run did (runners.config_history)
+    old = _flatten(with_added_keys(OmegaConf.to_container(OmegaConf.load(path))))
     new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     differ = sorted(k for k in old.keys() | new.keys()
-                    if k not in insensitive and old.get(k, "<absent>") != new.get(k, "<absent>"))
+                    if not _under(k, insensitive) and old.get(k, "<absent>") != new.get(k, "<absent>"))
     if not differ:
         return "resume"
     if evidence is None:
@@ -110,10 +118,14 @@ def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
             "(sweep=NAME) for a shorter run. Nothing was changed."
         )
     shown = "; ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in differ[:8])
+    recorded = _flatten(OmegaConf.to_container(OmegaConf.load(path)))
+    predates = [f"{k}={old[k]}" for k in differ if k in ADDED_KEYS and k not in recorded]
+    hint = (f" The folder was written before {', '.join(k.split('=')[0] for k in predates)} existed; its run "
+            f"did what {' '.join(predates)} does: add that to continue it." if predates else "")
     raise ConfigError(
         f"{run_dir} holds a run with a different config ({shown}{'; ...' if len(differ) > 8 else ''}); it "
         f"has completed steps ({evidence}). Only {EXTENSIBLE_KEY} may change (raised, to extend the run). "
-        "Use another sweep name (sweep=NAME) or move that folder away; nothing was changed."
+        f"Use another sweep name (sweep=NAME) or move that folder away; nothing was changed.{hint}"
     )
 
 

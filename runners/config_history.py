@@ -1,0 +1,59 @@
+"""Keys added to the config after run folders were written, and what a run without them did.
+
+A run folder records its whole resolved config in ``config.yaml``. When a later version of the project
+adds a key, a folder written before it lacks the key, although the run behaved in one definite way. Two
+readers need that way as a value:
+
+- the launcher's resume check (:func:`runners.run_folder.plan`): the same command must still resume an
+  old folder, and a command that asks for the new behaviour must still be refused (it would change the
+  run midway);
+- the report's peer keys (:mod:`runners.peer_keys`): an old run is pooled only with runs that did the same.
+
+:data:`ADDED_KEYS` maps each such key to a function of the old config that returns the value which
+reproduces what that run did. A key added with a default that changes nothing for old runs needs no
+entry (the absent key and the default then differ, and the folder is refused, naming the key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def _eval_numerics(config: Mapping[str, Any]) -> str:
+    """Before ``eval.numerics`` (added with the clean evaluation), the embedded backend evaluated through
+    the scenario's sampler numerics (``scenario``); verl's evaluation used the rollout engine, which has no
+    scenario numerics, which is what ``clean`` means there."""
+    backend = config.get("backend") or {}
+    return "scenario" if isinstance(backend, Mapping) and backend.get("name") == "local" else "clean"
+
+
+#: ``{dotted key: value of a run written before the key existed, from its config}``.
+ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "eval.numerics": _eval_numerics,
+}
+
+
+def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a nested config (a run's ``config.yaml``) with every key of :data:`ADDED_KEYS` that it
+    lacks set to what the run did. Keys present are left as they are."""
+    out: dict[str, Any] = _copy(config)
+    for dotted, value_of in ADDED_KEYS.items():
+        *parents, leaf = dotted.split(".")
+        node: Any = out
+        for p in parents:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(p, {})
+        else:
+            if isinstance(node, dict) and leaf not in node:
+                node[leaf] = value_of(config)
+    return out
+
+
+def _copy(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _copy(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_copy(v) for v in node]
+    return node

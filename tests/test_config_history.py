@@ -1,0 +1,95 @@
+"""A run folder written before a config key existed still resumes and is pooled with what it did
+(runners.config_history), on a real record of commit 4475272 (tests/fixtures/run_before_eval_numerics)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from runners import peer_keys
+from runners.config_error import ConfigError
+from runners.config_history import with_added_keys
+from runners.provenance import config_sha256
+from runners.run_record import record_config_sha256
+from runners.validate import CONF_DIR, check_existing_config
+
+FIXTURE = Path(__file__).parent / "fixtures" / "run_before_eval_numerics" / "sc-seed3"
+OLD_ROOT = "/tmp/oldruns"
+OVERRIDES = ["sweep=old", "method=sc", "seed=3", "trainer.total_steps=4", "trainer.test_freq=2"]
+
+
+@pytest.fixture()
+def old_run(tmp_path: Path) -> Path:
+    """The fixture's folder under ``tmp_path/old``, its paths moved there (the record kept in step)."""
+    run_dir = tmp_path / "old" / "sc-seed3"
+    shutil.copytree(FIXTURE, run_dir)
+    text = (run_dir / "config.yaml").read_text().replace(OLD_ROOT, str(tmp_path))
+    (run_dir / "config.yaml").write_text(text)
+    record_config_sha256(run_dir, config_sha256(text))
+    return run_dir
+
+
+def _config_yaml(tmp_path: Path, *extra: str) -> str:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"results_root={tmp_path}", *OVERRIDES, *extra])
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def test_the_fixture_predates_the_key() -> None:
+    config = yaml.safe_load((FIXTURE / "config.yaml").read_text())
+    assert "numerics" not in config["eval"]
+
+
+def test_the_same_command_is_refused_naming_the_key_and_the_value_that_continues_it(old_run: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_existing_config(old_run, _config_yaml(old_run.parent.parent))
+    text = str(err.value)
+    assert "eval.numerics: 'scenario' -> 'clean'" in text
+    assert "add that to continue it" in text and "eval.numerics=scenario" in text
+
+
+def test_it_resumes_and_extends_with_what_it_did(old_run: Path) -> None:
+    root = old_run.parent.parent
+    assert check_existing_config(old_run, _config_yaml(root, "eval.numerics=scenario")) == "resume"
+    assert check_existing_config(
+        old_run, _config_yaml(root, "eval.numerics=scenario", "trainer.total_steps=6")) == "extend"
+
+
+def test_capacity_inputs_do_not_block_a_resume(old_run: Path) -> None:
+    """The capacity plan's inputs (``gpu``, ``backend.capacity``) change no number of a run: a key added
+    under them (as on the verl backend) or a changed value does not block a resume."""
+    new = yaml.safe_load(_config_yaml(old_run.parent.parent, "eval.numerics=scenario"))
+    new["gpu"] = {"memory_bytes": 80e9}
+    new["backend"]["capacity"] = {"disk_budget_bytes": 1e12}
+    assert check_existing_config(old_run, yaml.safe_dump(new)) == "resume"
+    new["backend"]["lr_typo"] = 1
+    with pytest.raises(ConfigError, match="backend.lr_typo"):
+        check_existing_config(old_run, yaml.safe_dump(new))
+
+
+def test_the_report_pools_it_with_runs_scored_as_it_was() -> None:
+    old = yaml.safe_load((FIXTURE / "config.yaml").read_text())
+    assert peer_keys.setting(old)["eval.numerics"] == "scenario"
+    scenario = with_added_keys(old)
+    clean = with_added_keys(old)
+    clean["eval"]["numerics"] = "clean"
+    assert peer_keys.differences(peer_keys.setting(old), peer_keys.setting(scenario)) == {}
+    assert peer_keys.differences(peer_keys.setting(old), peer_keys.setting(clean)) == {
+        "eval.numerics": ("scenario", "clean")}
+
+
+def test_a_verl_run_before_the_key_evaluated_clean() -> None:
+    old = yaml.safe_load((FIXTURE / "config.yaml").read_text())
+    old["backend"] = {"name": "verl"}
+    assert with_added_keys(old)["eval"]["numerics"] == "clean"
+
+
+def test_a_key_present_is_left_alone() -> None:
+    config = {"backend": {"name": "local"}, "eval": {"numerics": "clean"}}
+    assert with_added_keys(config)["eval"]["numerics"] == "clean"
+    assert config == {"backend": {"name": "local"}, "eval": {"numerics": "clean"}}
