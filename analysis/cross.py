@@ -31,6 +31,7 @@ from analysis.pairing import arm_design, compare, unpaired_design
 from analysis.report import parse_checkpoints
 from analysis.seeds import minimum_detectable
 from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, arm_scores, checkpoint_steps, set_labels
+from runners import peer_keys
 
 __all__ = ["CROSS_COLUMNS", "cross_table", "main", "minimum_detectable"]
 
@@ -42,18 +43,42 @@ def _problems(sweep: Sweep) -> list[str]:
     return [str(p) for p in sweep.correct.columns]
 
 
-def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep], checkpoint: str = "final"
-                ) -> pd.DataFrame:
+def scoring(sweep: Sweep, runs: Sequence[str]) -> dict[str, str]:
+    """How ``runs`` of ``sweep`` were scored: ``{eval.* key: value}`` over their records (a run written
+    before a key existed: what it did, ``runners.config_history``); a key whose runs disagree maps to
+    their values joined by `` | ``."""
+    values: dict[str, set[str]] = {}
+    for run in runs:
+        config = peer_keys.read_config(Path(sweep.runs.loc[run, "path"])) or {}
+        for key, value in peer_keys.setting(config).items():
+            if key.startswith("eval."):
+                values.setdefault(key, set()).add(peer_keys.text(value))
+    return {k: " | ".join(sorted(v)) for k, v in values.items()}
+
+
+def _scored_alike(reference: dict[str, str], other: dict[str, str], what: str, allow: bool) -> None:
+    differ = {k: (reference.get(k, "<absent>"), other.get(k, "<absent>"))
+              for k in sorted(reference.keys() | other.keys()) if reference.get(k) != other.get(k)}
+    if differ and not allow:
+        shown = "; ".join(f"{k}: {a} (reference) vs {b}" for k, (a, b) in differ.items())
+        raise ValueError(f"{what} was scored differently from the reference ({shown}): its numbers are not "
+                         "comparable; pass --allow-scoring-mismatch to compare anyway")
+
+
+def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep], checkpoint: str = "final",
+                allow_scoring_mismatch: bool = False) -> pd.DataFrame:
     """Each method of each sweep minus ``reference_method`` of ``reference``, per set and ``avg``.
 
-    Raises ValueError when a sweep's evaluation problems differ from the reference's or an arm has
-    fewer than 2 seeds (the between-seed variance cannot be estimated).
+    Raises ValueError when a sweep's evaluation problems differ from the reference's, an arm was scored
+    with other evaluation keys (``eval.*``, e.g. ``eval.numerics``; unless ``allow_scoring_mismatch``) or
+    has fewer than 2 seeds (the between-seed variance cannot be estimated).
     """
     ref_arms = arm_scores(reference, checkpoint_steps(reference, [checkpoint]))
     if reference_method not in ref_arms:
         raise ValueError(f"{reference.root}: no evaluated runs of method {reference_method!r}; its arms: "
                          f"{', '.join(ref_arms)} (an arm label with a setting in brackets: analysis.peers)")
     ref_runs, y_ref = ref_arms[reference_method]
+    ref_scoring = scoring(reference, ref_runs)
     labels = set_labels(reference)
     rows = []
     for sweep in sweeps:
@@ -62,6 +87,7 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
         for method, (runs, y) in arm_scores(sweep, checkpoint_steps(sweep, [checkpoint])).items():
             if sweep.root == reference.root and method == reference_method:
                 continue  # the reference against itself
+            _scored_alike(ref_scoring, scoring(sweep, runs), f"{sweep.root}:{method}", allow_scoring_mismatch)
             if len(runs) < 2 or len(ref_runs) < 2:
                 raise ValueError(f"{sweep.root}:{method} has {len(runs)} seed(s), the reference {len(ref_runs)}: "
                                  "two or more are needed for the between-seed variance")
@@ -90,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep folders to compare against it")
     parser.add_argument("--checkpoint", default="final", help="final (default), best or a step")
     parser.add_argument("--out", type=Path, default=None, help="write the table as CSV here")
+    parser.add_argument("--allow-scoring-mismatch", action="store_true",
+                        help="compare arms scored with other evaluation keys (eval.*) than the reference")
     args = parser.parse_args(argv)
     if ":" not in args.reference:
         parser.error(f"reference {args.reference!r} must be SWEEP_DIR:METHOD")
@@ -101,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(checkpoint) != 1:
         parser.error(f"--checkpoint {args.checkpoint!r}: one checkpoint (final, best or an evaluated step number)")
     try:
-        table = cross_table(load_sweep(ref_dir), ref_method, [load_sweep(s) for s in args.sweeps], checkpoint[0])
+        table = cross_table(load_sweep(ref_dir), ref_method, [load_sweep(s) for s in args.sweeps], checkpoint[0],
+                            args.allow_scoring_mismatch)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -63,3 +63,34 @@ def test_mismatched_problems_and_single_seeds_are_refused(sweeps, tmp_path):
     with pytest.raises(ValueError, match="two or more"):
         cross_table(ref, "pg", [single])
     assert main([f"{ref.root}:nope", str(ref.root)]) == 2
+
+
+def _score_with(sweep_dir, numerics: str) -> None:
+    """Set ``eval.numerics`` in every run record of ``sweep_dir`` (the record kept in step)."""
+    import yaml
+
+    from runners.provenance import config_sha256
+    from runners.run_record import record_config_sha256
+
+    for config_file in sorted(sweep_dir.glob("*/config.yaml")):
+        config = yaml.safe_load(config_file.read_text())
+        config["eval"] = {"numerics": numerics}
+        text = yaml.safe_dump(config, sort_keys=False)
+        config_file.write_text(text)
+        record_config_sha256(config_file.parent, config_sha256(text))
+
+
+def test_arms_scored_differently_are_refused_unless_asked(tmp_path, capsys):
+    ref_dir = build_sweep(tmp_path / "on_policy", methods=("pg",), seeds=(1, 2), seed=0)
+    mis_dir = build_sweep(tmp_path / "kv4", methods=("pg",), seeds=(1, 2), seed=1)
+    _score_with(ref_dir, "clean")
+    _score_with(mis_dir, "scenario")
+    ref, mis = load_sweep(ref_dir), load_sweep(mis_dir)
+    with pytest.raises(ValueError, match=r"scored differently.*eval\.numerics: clean \(reference\) vs scenario"):
+        cross_table(ref, "pg", [mis])
+    assert len(cross_table(ref, "pg", [mis], allow_scoring_mismatch=True)) == 3
+    assert main([f"{ref_dir}:pg", str(mis_dir)]) == 2
+    assert "--allow-scoring-mismatch" in capsys.readouterr().err
+    assert main([f"{ref_dir}:pg", str(mis_dir), "--allow-scoring-mismatch"]) == 0
+    _score_with(mis_dir, "clean")
+    assert len(cross_table(ref, "pg", [load_sweep(mis_dir)])) == 3
