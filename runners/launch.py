@@ -165,8 +165,8 @@ def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
     - a full disk (``ENOSPC``): ``run failed: no space left ...`` naming the folder, :data:`RUN_FAILED` (the
       record is written atomically, so ``metrics.json`` stays the valid record of the steps before);
     - any other error: ``run failed: <type>: <message>`` naming the log that holds the traceback, :data:`RUN_FAILED`;
-    - Ctrl-C: ``stopped by the user (Ctrl-C) ...``, :data:`INTERRUPTED` (the embedded backend records the
-      attempt and the run as ``stopped``);
+    - Ctrl-C: ``stopped by the user (Ctrl-C) ...``, :data:`INTERRUPTED` (both backends record the attempt
+      and the run as ``stopped``);
     - a :class:`~runners.config_error.ConfigError` only the backend can find (the verl dry run against the
       installed verl): ``config error: ...``, :data:`CONFIG_ERROR`.
     """

@@ -325,3 +325,67 @@ def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
                                              "replica rank")
     assert fixes["not_fixed"]["sampler"].startswith("the CPU rollout (an HF model on the CPU standing in for vLLM)")
     assert fixes["reproducible"] is False
+
+
+def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path):
+    """Ctrl-C closes verl's attempt as ``stopped`` (runners.verl_backend.launch); a later pass over the same
+    logs keeps it, and a new attempt (the same command again) runs it on."""
+    run = make_run(tmp_path, attempt2_upto=6)
+    metrics = json.loads(ingest_run(run, status="stopped").read_text())
+    assert metrics["run"]["status"] == "stopped" and metrics["run"]["attempts"][-1]["status"] == "stopped"
+    assert check_contract(run) == []
+    assert json.loads(ingest_run(run).read_text())["run"]["status"] == "stopped"
+    layout.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    metrics = json.loads(ingest_run(run).read_text())
+    assert metrics["run"]["status"] == "running"
+    assert [a["status"] for a in metrics["run"]["attempts"]] == ["killed", "stopped", "running"]
+
+
+def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch):
+    """The launcher's interrupt path: Ctrl-C stops verl's group and ingests with status ``stopped``; any other
+    interruption leaves the attempt open (as a kill does)."""
+    from runners.verl_backend import launch as verl_launch
+
+    calls: list[tuple[bool, str | None]] = []
+
+    class Proc:
+        pid, returncode, stdout = 0, None, None
+
+        def __init__(self, raised: type[BaseException]):
+            self.raised = raised
+
+        def poll(self):
+            raise self.raised()
+
+    class Nothing:
+        def __init__(self, *a, **k): pass
+        def start(self): pass
+        def join(self, timeout=None): pass
+        def close(self): pass
+
+    class Spec:
+        argv, cwd, env = ["true"], str(tmp_path), {}
+
+        class paths:
+            attempt, attempt_dir = 1, tmp_path / "attempt-1"
+            launch_script, log_file = tmp_path / "launch.sh", tmp_path / "verl.log"
+
+        @staticmethod
+        def script(title: str) -> str:
+            return "#!/bin/sh\n"
+
+    monkeypatch.setattr(verl_launch, "build_spec", lambda cfg, run_dir: Spec)
+    monkeypatch.setattr(verl_launch.resume_point, "align", lambda run_dir, attempt: None)
+    monkeypatch.setattr(verl_launch, "show_capacity", lambda cfg, attempt_dir: None)
+    monkeypatch.setattr(verl_launch, "GroupReaper", Nothing)
+    monkeypatch.setattr(verl_launch, "OutputFollower", Nothing)
+    monkeypatch.setattr(verl_launch, "stop_group", lambda proc: None)
+    monkeypatch.setattr(verl_launch, "_ingest", lambda run_dir, cfg, *, final, status=None: calls.append((final, status)))
+    cfg = OmegaConf.create({"method": {"name": "pg", "score_centering": False}, "trainer": {"total_steps": 4},
+                            "run_name": "pg-seed1", "backend": {"ingest_interval_s": 60}})
+    for raised, status in ((KeyboardInterrupt, "stopped"), (SystemExit, None)):
+        calls.clear()
+        monkeypatch.setattr(verl_launch.subprocess, "Popen", lambda *a, _r=raised, **k: Proc(_r))
+        with pytest.raises(raised):
+            verl_launch._attempt(cfg, tmp_path, lock_fd=0)
+        assert calls == [(False, status)]

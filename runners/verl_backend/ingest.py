@@ -417,7 +417,8 @@ def _status(explicit: str | None, previous: dict[str, Any] | None, n_attempts: i
         if explicit not in rc.RUN_STATUSES:
             raise IngestError(f"status must be {', '.join(rc.RUN_STATUSES[:-1])} or {rc.RUN_STATUSES[-1]}, got {explicit!r}")
         return explicit
-    if previous is not None and previous.get("status") in ("finished", "failed") and previous.get("last_step") == last \
+    if previous is not None and previous.get("status") in ("finished", "failed", "stopped") \
+            and previous.get("last_step") == last \
             and len(previous.get("attempts") or []) == n_attempts:
         return previous["status"]
     return "finished" if last >= total else "running"

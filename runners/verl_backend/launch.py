@@ -173,11 +173,12 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
             if time.monotonic() >= next_ingest:
                 _ingest(run_dir, cfg, final=False)
                 next_ingest = time.monotonic() + interval
-    except BaseException:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
+    except BaseException as interrupt:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
         stop_group(proc)
         reaper.close()
         follower.join(timeout=30)
-        _ingest(run_dir, cfg, final=False)
+        # Ctrl-C closes the attempt as stopped by the user; another signal leaves it open, as a kill would
+        _ingest(run_dir, cfg, final=False, status="stopped" if isinstance(interrupt, KeyboardInterrupt) else None)
         raise
     reaper.close()  # and whatever verl's group left behind
     follower.join(timeout=30)
