@@ -121,9 +121,9 @@ class Rehearsal:
     sweep: Path  # results/rehearsal
     busy: subprocess.CompletedProcess  # the launch on PG's folder while PG ran
     checkpoints_at_kill: tuple[int, ...]  # PG's checkpoint steps when its launcher was killed
-    survivors_after_kill: tuple[str, ...]  # verl or Ray processes 60 s after the kill
+    survivors_after_kill: tuple[str, ...]  # verl or Ray processes alive after the kill (waited up to 60 s)
     again: subprocess.CompletedProcess  # the same command, after the kill
-    survivors_at_end: tuple[str, ...]
+    survivors_at_end: tuple[str, ...]  # alive after it returned (waited up to 60 s)
 
 
 @pytest.fixture(scope="module")
@@ -173,13 +173,19 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     first.send_signal(signal.SIGKILL)
     first.wait()
     at_kill = tuple(list_checkpoints(ckpt_dir))
-    deadline = time.monotonic() + 60
-    while ray_processes() and time.monotonic() < deadline:
-        time.sleep(1)
-    survivors = tuple(ray_processes())
+    survivors = _survivors(grace_s=60)
     again = subprocess.run(command, cwd=root, env=ENV, capture_output=True, text=True, timeout=1800)
     busy = subprocess.CompletedProcess(second.args, second.returncode, out.read_text(), err.read_text())
-    return Rehearsal(sweep, busy, at_kill, survivors, again, tuple(ray_processes()))
+    return Rehearsal(sweep, busy, at_kill, survivors, again, _survivors(grace_s=60))
+
+
+def _survivors(grace_s: float) -> tuple[str, ...]:
+    """The verl and Ray processes of this module's launches still alive after up to ``grace_s`` seconds
+    (a worker may take a few seconds to exit after its driver on a loaded machine; a leak stays)."""
+    deadline = time.monotonic() + grace_s
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(1)
+    return tuple(ray_processes())
 
 
 def _record(rehearsal: Rehearsal, arm: str) -> dict:
