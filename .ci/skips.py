@@ -23,14 +23,17 @@ REPO = Path(__file__).resolve().parents[1]
 def test_id(classname: str, name: str, root: Path | None = None) -> str:
     """pytest's node id of a JUnit test case: ``tests.test_x.TestY`` + ``test_z`` ->
     ``tests/test_x.py::TestY::test_z`` (the module is the longest prefix that is a file under ``root``);
-    a module that failed to import or was skipped whole has an empty class name and its path as name."""
+    a module skipped whole has an empty class name and its dotted path as name: ``tests/test_x.py``."""
     root = REPO if root is None else root
-    parts = classname.split(".") if classname else []
+    if not classname:  # a module skipped whole at collection (e.g. pytest.importorskip at its top)
+        module = Path(*name.split(".")).with_suffix(".py")
+        return module.as_posix() if (root / module).is_file() else name
+    parts = classname.split(".")
     for cut in range(len(parts), 0, -1):
         module = Path(*parts[:cut]).with_suffix(".py")
         if (root / module).is_file():
             return "::".join([module.as_posix(), *parts[cut:], name])
-    return "::".join([*parts, name]) if parts else name
+    return "::".join([*parts, name])
 
 
 def skipped(junit: Path, root: Path | None = None) -> dict[str, str]:
@@ -39,7 +42,11 @@ def skipped(junit: Path, root: Path | None = None) -> dict[str, str]:
     for case in ET.parse(junit).iter("testcase"):
         skip = case.find("skipped")
         if skip is not None:
-            out[test_id(case.get("classname", ""), case.get("name", ""), root)] = skip.get("message", "")
+            message = skip.get("message", "")
+            if message == "collection skipped":  # the reason is in the text: "(path, line, 'Skipped: reason')"
+                reason = (skip.text or "").strip().partition("Skipped: ")[2]
+                message = reason[:-2] if reason[-2:] in ("')", '")') else reason or message
+            out[test_id(case.get("classname", ""), case.get("name", ""), root)] = message
     return out
 
 
