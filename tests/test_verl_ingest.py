@@ -200,7 +200,8 @@ def test_resume_merge_finished_run(tmp_path):
     a1, a2 = info["attempts"]
     assert (a1["start_step"], a1["end_step"], a1["status"]) == (0, 6, "killed") and a1["ended"]
     assert (a2["start_step"], a2["end_step"], a2["status"]) == (4, 8, "finished") and a2["ended"]
-    assert set(info["versions"]) >= {"project", "verl", "torch"}
+    assert set(info["versions"]) >= {"project", "verl", "torch", "rollout"}
+    assert info["versions"]["rollout"].startswith("vllm")  # no platform: vLLM on GPUs
 
     lines = [json.loads(x) for x in (run / "val" / "step_000004.jsonl").read_text().splitlines()]
     assert len(lines) == 8 and set(lines[0]) == {
@@ -369,6 +370,7 @@ def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch
         class paths:
             attempt, attempt_dir = 1, tmp_path / "attempt-1"
             launch_script, log_file = tmp_path / "launch.sh", tmp_path / "verl.log"
+            cpu_state = tmp_path / "attempt-1" / "cpu"
 
         @staticmethod
         def script(title: str) -> str:
@@ -389,3 +391,33 @@ def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch
         with pytest.raises(raised):
             verl_launch._attempt(cfg, tmp_path, lock_fd=0)
         assert calls == [(False, status)]
+
+
+@pytest.mark.parametrize(("backend", "engine"), [
+    ({"platform": "cpu"}, "standin (runners/verl_cpu/rollout.py"),
+    ({"platform": "cpu", "rehearsal_rollout": "standin"}, "standin (runners/verl_cpu/rollout.py"),
+    ({"platform": "cpu", "rehearsal_rollout": "vllm"}, "vllm"),
+    ({}, "vllm"),
+])
+def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine):
+    from runners.verl_backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES, rollout_engine, seed_fixes_of
+
+    cfg = OmegaConf.create({**make_cfg(), "backend": backend})
+    assert rollout_engine(cfg).startswith(engine)
+    assert seed_fixes_of(cfg) == (REHEARSAL_SEED_FIXES if engine.startswith("standin") else SEED_FIXES)
+
+
+def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
+    """vLLM's CPU engine leaves its IPC socket files in a folder under the temporary folder; the launcher
+    removes it once the attempt has ended (the stand-in has none)."""
+    from runners.verl_backend import rehearsal
+
+    monkeypatch.setattr(rehearsal.tempfile, "gettempdir", lambda: str(tmp_path))
+    state = tmp_path / "run" / "verl" / "attempt-1" / "cpu"
+    folder = rehearsal.vllm_rpc_folder(state)
+    for rollout, kept in (("standin", True), ("vllm", False)):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "socket-left-by-vllm").write_text("")
+        cfg = OmegaConf.create({"backend": {"platform": "cpu", "rehearsal_rollout": rollout}})
+        rehearsal.tidy_after_attempt(cfg, state)
+        assert folder.exists() is kept

@@ -125,12 +125,32 @@ REHEARSAL_SEED_FIXES = rc.seed_fixes_record(
 )
 
 
-def seed_fixes_of(cfg: Any) -> dict[str, Any]:
-    """What the seed fixes in this run: :data:`REHEARSAL_SEED_FIXES` on the CPU rehearsal
-    (``backend.platform=cpu``), else :data:`SEED_FIXES` (vLLM on GPUs)."""
+def _standin_rollout(cfg: Any) -> bool:
+    """Whether the CPU stand-in for vLLM generated the rollouts (the rehearsal's default fast path)."""
     from runners import verl_cpu
 
-    return REHEARSAL_SEED_FIXES if _get(cfg, "backend.platform") == verl_cpu.PLATFORM else SEED_FIXES
+    return (_get(cfg, "backend.platform") == verl_cpu.PLATFORM
+            and _get(cfg, "backend.rehearsal_rollout", "standin") != verl_cpu.VLLM_ROLLOUT)
+
+
+def seed_fixes_of(cfg: Any) -> dict[str, Any]:
+    """What the seed fixes in this run: :data:`REHEARSAL_SEED_FIXES` where the CPU stand-in rolled out
+    (the rehearsal's default), else :data:`SEED_FIXES` (vLLM's engine: on GPUs, or its CPU build in the
+    rehearsal with ``backend.rehearsal_rollout=vllm``)."""
+    return REHEARSAL_SEED_FIXES if _standin_rollout(cfg) else SEED_FIXES
+
+
+def rollout_engine(cfg: Any) -> str:
+    """``run.versions.rollout``: the engine that generated the rollouts, with its version: ``vllm <version>``
+    (``+cpu``: vLLM's CPU build) or the CPU stand-in (``runners/verl_cpu/rollout.py``)."""
+    if _standin_rollout(cfg):
+        return "standin (runners/verl_cpu/rollout.py: an HF model on the CPU in place of vLLM)"
+    from importlib import metadata
+
+    try:
+        return f"vllm {metadata.version('vllm')}"
+    except metadata.PackageNotFoundError:
+        return "vllm (not installed where the record was written)"
 
 
 class IngestError(RuntimeError):
@@ -521,7 +541,8 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
         val_files[s] = "".join(rc.sample_line(x) + "\n" for x in samples)
 
     record = RunRecord.open(run_dir, name=spec.name, method=spec.method, seed=spec.seed, backend="verl",
-                            total_steps=spec.total_steps, config_sha256=sha, versions=versions(),
+                            total_steps=spec.total_steps, config_sha256=sha,
+                            versions={**versions(), "rollout": rollout_engine(cfg)},
                             seed_fixes=seed_fixes_of(cfg))
     record.truncate_after(0)
     for row in rows:

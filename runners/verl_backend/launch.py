@@ -35,7 +35,7 @@ from omegaconf import DictConfig
 from runners import run_lock
 from runners.child_process import GroupReaper, OutputFollower, stop_group
 from runners.run_error import RunError
-from runners.verl_backend import layout, resume_point
+from runners.verl_backend import layout, rehearsal, resume_point
 from runners.verl_backend import overrides as ovr
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,6 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
 def show_capacity(cfg: DictConfig, attempt_dir: Path) -> None:
     """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder (a GPU launch:
     the rehearsal has no GPU to plan for)."""
-    from runners.verl_backend import rehearsal
-
     if rehearsal.is_rehearsal(cfg):
         return
     from runners.capacity import plan as capacity
@@ -176,11 +174,13 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     except BaseException as interrupt:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
         stop_group(proc)
         reaper.close()
+        rehearsal.tidy_after_attempt(cfg, paths.cpu_state)
         follower.join(timeout=30)
         # Ctrl-C closes the attempt as stopped by the user; another signal leaves it open, as a kill would
         _ingest(run_dir, cfg, final=False, status="stopped" if isinstance(interrupt, KeyboardInterrupt) else None)
         raise
     reaper.close()  # and whatever verl's group left behind
+    rehearsal.tidy_after_attempt(cfg, paths.cpu_state)
     follower.join(timeout=30)
     if proc.returncode == 0:
         _ingest(run_dir, cfg, final=True)

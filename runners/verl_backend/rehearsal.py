@@ -120,6 +120,15 @@ def vllm_rpc_folder(state_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"sc-vllm-rpc-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
 
 
+def tidy_after_attempt(cfg: DictConfig, state_dir: Path) -> None:
+    """Remove what vLLM's CPU engine leaves outside the run folder once its attempt has ended (verl's process
+    group is gone): its folder of IPC socket files (:func:`vllm_rpc_folder`). Nothing for the stand-in."""
+    import shutil
+
+    if is_rehearsal(cfg) and uses_vllm(cfg):
+        shutil.rmtree(vllm_rpc_folder(state_dir), ignore_errors=True)
+
+
 def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
     """The CPU swaps of a rehearsal, in the order they are applied (``state_dir``: the attempt's
     folder for the weight-sync files and the rollout's sync log)."""
