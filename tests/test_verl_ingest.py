@@ -421,3 +421,25 @@ def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
         cfg = OmegaConf.create({"backend": {"platform": "cpu", "rehearsal_rollout": rollout}})
         rehearsal.tidy_after_attempt(cfg, state)
         assert folder.exists() is kept
+
+
+def test_the_same_command_starts_no_verl_attempt_for_a_finished_run(tmp_path, monkeypatch):
+    """docs/resuming.md: finished arms are left alone; an unfinished, stopped or extended run starts verl."""
+    import runners.verl_backend as verl_backend
+    from runners.verl_backend import launch as verl_launch
+
+    run = make_run(tmp_path)
+    ingest_run(run, status="finished")  # steps 1..8 of 8
+    started: list[Path] = []
+    monkeypatch.setattr(verl_launch, "launch", lambda cfg, run_dir: started.append(run_dir))
+
+    def cfg(total: int):
+        return OmegaConf.create({**make_cfg(total), "backend": {"dry_run": False, "platform": "gpu"}})
+
+    verl_backend.run(cfg(8), run)
+    assert started == []
+    verl_backend.run(cfg(10), run)  # extended
+    assert started == [run]
+    ingest_run(run, status="stopped")
+    verl_backend.run(cfg(8), run)
+    assert started == [run, run]

@@ -73,9 +73,28 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
                      len(report["rehearsal"]["difference"]), ", ".join(s["name"] for s in report["rehearsal"]["swaps"]),
                      run_dir / "verl" / "dry_run" / "rehearsal_difference.txt")
         return
+    if finished(run_dir, int(cfg.trainer.total_steps)):
+        log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
+                 "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
+        return
     from runners.verl_backend.launch import launch
 
     launch(cfg, run_dir)
 
 
-__all__ = ["run", "validate"]
+def finished(run_dir: Path, total_steps: int) -> bool:
+    """Whether the record in ``run_dir`` is of a run that finished ``total_steps`` (the launcher's checks
+    have already found the same config): the same command then starts no verl attempt (docs/resuming.md)."""
+    import json
+
+    from runners.run_contract import METRICS_FILE
+
+    try:
+        run = json.loads((Path(run_dir) / METRICS_FILE).read_text(encoding="utf-8"))["run"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    last = run.get("last_step") if isinstance(run, dict) else None
+    return run.get("status") == "finished" and isinstance(last, int) and last >= total_steps
+
+
+__all__ = ["finished", "run", "validate"]
