@@ -19,8 +19,8 @@ keyword ``sc_correction`` or through :func:`ablations.token_loss.supplying_corre
 cap is verl's own ``policy_loss.rollout_correction.rollout_is_threshold`` (default 2.0).
 
 Adding an arm: one function decorated with :func:`arm` here (declaring what it reads: the TIS cap,
-the ``sc_correction`` term), and one ``conf/method/*.yaml`` (the arm spec, ``runners.schema.MethodConfig``:
-its ``tis_cap`` and ``score_centering`` must fit the declaration; ``runners.validate.check_arm``).
+the ``sc_correction`` term), and one ``conf/method/*.yaml`` (the arm spec, ``runners.config.schema.MethodConfig``:
+its ``tis_cap`` and ``score_centering`` must fit the declaration; ``runners.config.config_checks.check_arm``).
 """
 
 from __future__ import annotations

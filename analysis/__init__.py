@@ -2,7 +2,7 @@
 
 One topic per module; importing this package imports none of them (the contract checker stays light):
 
-- :mod:`analysis.contract` — ``check_run_dir(run_dir) -> list[str]``, ``python -m analysis.contract``
+- :mod:`runners.run.contract_check` — ``check_run_dir(run_dir) -> list[str]``, ``python -m runners.run.contract_check``
 - :mod:`analysis.load` — ``load_sweep(sweep_dir, strict=False) -> Sweep``: the tidy table of correct counts
   per (run, step, repeat, set, problem) that everything else reads (raises ``SweepError``)
 - :mod:`analysis.stats` — problem-level mean@k, standard errors, bootstrap, sign-flip test, pass@k, moving average

@@ -31,7 +31,7 @@ from analysis.pairing import arm_design, compare, unpaired_design
 from analysis.report import parse_checkpoints
 from analysis.seeds import minimum_detectable
 from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, arm_scores, checkpoint_steps, set_labels
-from runners import peer_keys
+from runners.run import peer_keys
 
 __all__ = ["CROSS_COLUMNS", "cross_table", "main", "minimum_detectable"]
 
@@ -45,7 +45,7 @@ def _problems(sweep: Sweep) -> list[str]:
 
 def scoring(sweep: Sweep, runs: Sequence[str]) -> dict[str, str]:
     """How ``runs`` of ``sweep`` were scored: ``{eval.* key: value}`` over their records (a run written
-    before a key existed: what it did, ``runners.config_history``); a key whose runs disagree maps to
+    before a key existed: what it did, ``runners.config.config_history``); a key whose runs disagree maps to
     their values joined by `` | ``."""
     values: dict[str, set[str]] = {}
     for run in runs:

@@ -1,6 +1,6 @@
 """Load a sweep directory (run directories of run_contract.md) into pandas frames.
 
-Every run directory is parsed and checked by :func:`analysis.contract.read_run`, which reads every
+Every run directory is parsed and checked by :func:`runners.run.contract_check.read_run`, which reads every
 file defensively (bytes that are not UTF-8, truncated or empty files are violations, never a crash).
 A run folder with any violation in its own files -- ``metrics.json`` missing, unreadable or
 off-contract (e.g. a run killed before its first step), ``config.yaml`` missing or edited after the
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.contract import RunData, describe_problem_diff, read_run, run_traits
 from analysis.peers import Peers, group_runs, swept_keys
-from runners import peer_keys, run_contract
-from runners.run_contract import CONFIG_FILE, METRICS_FILE, VAL_DIR
+from runners.run import peer_keys, run_contract
+from runners.run.contract_check import RunData, describe_problem_diff, read_run, run_traits
+from runners.run.run_contract import CONFIG_FILE, METRICS_FILE, VAL_DIR
 
 REPORT_DIR = "report"
 
@@ -54,7 +54,7 @@ UNKNOWN_RANK = 4
 
 
 def method_sort_key(method: str, rank: int = UNKNOWN_RANK) -> tuple[int, str]:
-    """Order arms by their traits' rank (``runners.schema.ArmTraits.rank``: PG-like, TIS, SC, SC+TIS),
+    """Order arms by their traits' rank (``runners.config.schema.ArmTraits.rank``: PG-like, TIS, SC, SC+TIS),
     then by name: pg, tis, sc, sc_tis for the four arms; a new arm sits with the arms of its traits."""
     return (rank, method)
 
@@ -330,7 +330,7 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
 
 
 def _arm_rank(run_dir: Path) -> int:
-    """The trait rank of the run's arm, from its saved config (:func:`analysis.contract.run_traits`)."""
+    """The trait rank of the run's arm, from its saved config (:func:`runners.run.contract_check.run_traits`)."""
     traits = run_traits(run_dir)
     return UNKNOWN_RANK if traits is None else traits.rank
 

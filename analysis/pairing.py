@@ -8,7 +8,7 @@ of test cannot favour the smaller p. The arms are seed pairs when
 - every seed occurs once in each arm, and both arms have the same seeds (a seed without its partner
   makes the design unpaired: dropping runs to force pairs would change the estimate);
 - the two runs of each seed are a pair by their ``run.seed_fixes`` records
-  (:func:`runners.run_contract.seed_pairing`: both records present, the seed fixes the same
+  (:func:`runners.run.run_contract.seed_pairing`: both records present, the seed fixes the same
   streams in both, the training data order among them);
 - there are at least :data:`MIN_PAIRS` pairs. With 2 pairs the paired t has 1 df and loses to the
   unpaired test (2 df) at every correlation the calibration tried, up to 0.9 (power 0.03-0.07
@@ -28,7 +28,7 @@ import numpy as np
 
 from analysis.load import Sweep
 from analysis.seeds import diff_paired_two_level, diff_two_level
-from runners.run_contract import seed_pairing
+from runners.run.run_contract import seed_pairing
 
 PAIRED_BY_SEED = "paired by seed"
 MIN_PAIRS = 3

@@ -1,7 +1,7 @@
 """Runs are pooled only with their peers: the arm label of each run of a sweep.
 
 Two runs of one arm are *peers* -- their scores may be pooled as seeds -- only where every pooling key
-of their records agrees (:mod:`runners.peer_keys`: every key of ``config.yaml`` but the seed, the
+of their records agrees (:mod:`runners.run.peer_keys`: every key of ``config.yaml`` but the seed, the
 arm's own method keys and a documented list of keys that cannot change a result). The grouping:
 
 1. **Keys the sweep varies on purpose** (:func:`swept_keys`): the keys a multirun of the sweep swept
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners import peer_keys
-from runners.config_history import with_added_keys
+from runners.config.config_history import with_added_keys
+from runners.run import peer_keys
 
 MULTIRUN_FILE = "multirun.yaml"
 #: Swept keys that are not a setting: the arm (the comparison's axis) and the seed (the replicates).

@@ -5,7 +5,7 @@ every answer by construction. :func:`build_sweep` writes a whole random sweep (m
 train metrics, evaluations every ``eval_every`` steps) whose accuracies follow a simple model:
 problem j of a set has difficulty logit ``b_j``; at step s method m solves it with probability
 ``sigmoid(b_j + lift_m * s / total_steps)``. ``metrics.json`` is written through the project's
-own :class:`runners.run_record.RunRecord`, so the files are what a backend would write.
+own :class:`runners.run.run_record.RunRecord`, so the files are what a backend would write.
 :func:`two_arm_counts` draws many two-arm sweeps at once (a seed effect on the logit of each run,
 truly equal arms or a known shift) for the calibration of the seed-aware statistics, and
 :func:`write_two_arm_sweep` writes one of them as run folders.
@@ -20,18 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.contract import (
+from runners.config.schema import arm_traits
+from runners.run.contract_check import (
     CONFIG_FILE,
     VAL_DIR,
     is_sc_arm,
     is_tis_arm,
-    repeat_dir_name,
     required_train_metrics,
     val_file_name,
     val_metric_names,
 )
-from runners.run_record import RunRecord
-from runners.schema import arm_traits
+from runners.run.run_contract import repeat_dir_name
+from runners.run.run_record import RunRecord
 
 METHOD_DIR = Path(__file__).resolve().parent.parent / "conf" / "method"
 

@@ -38,7 +38,7 @@ from analysis.stats import (
     sign_flip_pvalue,
     stratified_weights,
 )
-from runners.checkpoint_selection import best_steps
+from runners.run.checkpoint_selection import best_steps
 
 AVG = "avg"
 ALPHA = 0.05

@@ -44,7 +44,7 @@ ARMS = ("pg", "tis", "sc", "sc_tis")
 def compose_cfg(method: str, results_root: Path, threads: int, overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from runners.validate import CONF_DIR
+    from runners.config import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=[
@@ -55,7 +55,7 @@ def compose_cfg(method: str, results_root: Path, threads: int, overrides: list[s
 
 def build_run(method: str, tmp: Path, threads: int, overrides: list[str]):
     from runners.local.backend import LocalRun
-    from runners.provenance import config_sha256
+    from runners.run.provenance import config_sha256
 
     cfg = compose_cfg(method, tmp, threads, overrides)
     run = LocalRun(cfg, tmp / method, config_sha256(method))
@@ -133,7 +133,7 @@ def time_sampler_head(run, rounds: int, warmup: int) -> dict:
     """``generate`` with and without the top-k head, same prompts and random stream, interleaved."""
     import torch
 
-    from runners.local.task import prompt_token_ids
+    from runners.tiny.arithmetic_task import prompt_token_ids
 
     cfg = run.cfg
     problems = run.task.sample_train(torch.Generator().manual_seed(0), cfg.trainer.prompts_per_step)

@@ -4,7 +4,7 @@
 
 For each configuration of :data:`CASES`, ``benchmarks/capacity_count.py`` counts one micro-batch of verl's
 FSDP2 actor with torch's memory trackers on fake tensors (cached as ``DIR/NAME.json``; minutes per Qwen3-4B
-case), and :func:`runners.capacity.trainer.trainer_terms` predicts the same terms; the table gives predicted,
+case), and :func:`runners.capacity.trainer_memory.trainer_terms` predicts the same terms; the table gives predicted,
 counted and their ratio per term:
 
 * model states (count: sharded parameters, gradients and AdamW states after a step);
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from runners.capacity import trainer  # noqa: E402
+from runners.capacity import trainer_memory  # noqa: E402
 from runners.capacity.shapes import ModelShape  # noqa: E402
 
 
@@ -75,18 +75,18 @@ def rows(case: Case, count: dict[str, Any]) -> list[tuple[str, int, int]]:
     """``(term, predicted, counted)`` of one case."""
     shape = ModelShape.from_config(count["shape"])
     setup = {"calculate_entropy": case.entropy, "flash_cross_entropy": case.log_probs == "flash"}
-    plan = trainer.trainer_terms(shape, case.tokens, dp_size=case.world_size, sc_top_k=case.sc_top_k, **setup)
-    no_ckpt = trainer.trainer_terms(shape, case.tokens, dp_size=case.world_size, gradient_checkpointing=False,
+    plan = trainer_memory.trainer_terms(shape, case.tokens, dp_size=case.world_size, sc_top_k=case.sc_top_k, **setup)
+    no_ckpt = trainer_memory.trainer_terms(shape, case.tokens, dp_size=case.world_size, gradient_checkpointing=False,
                                     **setup)
-    plain = trainer.trainer_terms(shape, case.tokens, dp_size=case.world_size, **setup)
+    plain = trainer_memory.trainer_terms(shape, case.tokens, dp_size=case.world_size, **setup)
     out = [("model states", plan["model_states"], count["model_states"]["bytes"]),
            ("gathered units", plan["gathered"], count["gathered"]["with_temporaries_joint_peak"]),
            ("activations, checkpointing", plan["activations"], count["activations"]["checkpointing"]["bytes"]),
            ("activations, no checkpointing", no_ckpt["activations"], count["activations"]["no_checkpointing"]["bytes"]),
            ("logits", plain["logits"], count["logits"]["bytes"])]
     if case.sc_top_k:
-        s = trainer.TrainerSetup(tokens=case.tokens, dp_size=case.world_size, sc_top_k=case.sc_top_k, **setup)
-        lg, (kept, backward) = trainer.logits_bytes(shape, s), trainer.sc_head_bytes(shape, s)
+        s = trainer_memory.TrainerSetup(tokens=case.tokens, dp_size=case.world_size, sc_top_k=case.sc_top_k, **setup)
+        lg, (kept, backward) = trainer_memory.logits_bytes(shape, s), trainer_memory.sc_head_bytes(shape, s)
         with_head = max(lg["forward_end"] + kept, lg["backward_start"] + kept + backward, lg["entropy_backward"] + kept)
         out.append(("logits with the SC head", with_head, count["sc_head"]["with_head"]["bytes"]))
     out.append(("peak of the step", plan["peak"], count["peak_total"]["bytes"]))

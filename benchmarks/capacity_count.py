@@ -137,7 +137,7 @@ def tiny_shape() -> dict[str, Any]:
     """The embedded backend's model (``conf/model/tiny_qwen3.yaml``), vocabulary from its tokenizer."""
     from omegaconf import OmegaConf
 
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.tokenizer import build_tokenizer
 
     cfg = OmegaConf.load(ROOT / "conf" / "model" / "tiny_qwen3.yaml")
     shape = {key: cfg[key] for key in _SIZE_KEYS}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runners.capacity import rollout, timing
+from runners.capacity import rollout_memory, timing
 from runners.capacity.shapes import PUBLISHED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,10 +73,10 @@ RUNS = (
 
 def estimate(run: Published, fraction: float, ta: timing.TimeAssumptions) -> dict[str, float]:
     shape = PUBLISHED[run.model]
-    setup = rollout.RolloutSetup(gpu_bytes=int(run.gpu_bytes), gpu_memory_utilization=run.utilization,
+    setup = rollout_memory.RolloutSetup(gpu_bytes=int(run.gpu_bytes), gpu_memory_utilization=run.utilization,
                                  sequence_tokens=run.max_prompt + run.max_response, outside_torch_bytes=500_000_000,
                                  cuda_graph_bytes=1_000_000_000)
-    r = rollout.rollout_terms(shape, setup)
+    r = rollout_memory.rollout_terms(shape, setup)
     hw = timing.Hardware(bandwidth_bytes_per_s=run.bandwidth, bf16_flops=run.flops, trainer_gpus=run.trainer_gpus,
                          rollout_gpus=run.rollout_gpus, tensor_parallel=1, shared_gpu=run.shared,
                          weights_bytes_per_rank=r["weights"], kv_bytes_per_token=r["kv_bytes_per_token"],

@@ -10,7 +10,7 @@
 #
 # Runs verl's real V1 separate_async trainer (FSDP2 trainer + vLLM rollout, on Ray) for 3 steps per
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
-# `python -m analysis.contract`. Trainer and vLLM share the one GPU (backend.placement.shared_gpu: Ray is
+# `python -m runners.run.contract_check`. Trainer and vLLM share the one GPU (backend.placement.shared_gpu: Ray is
 # told there are 2 GPUs and is kept from setting CUDA_VISIBLE_DEVICES), and vLLM takes 30% of the memory. All four arms run: on verl
 # 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
 # piece has not run on a GPU yet; this script is its first test).
@@ -40,6 +40,6 @@ python runners/launch.py -m +experiment=qwen3_4b_sc_repro "method=$arms" seed=42
 
 status=0
 for arm in ${arms//,/ }; do
-    python -m analysis.contract "$OUT/results/gpu_smoke/$arm-seed42" || status=1
+    python -m runners.run.contract_check "$OUT/results/gpu_smoke/$arm-seed42" || status=1
 done
 exit $status

@@ -141,8 +141,8 @@ def sample_batches(sampler, task, tokenizer, cfg, prompts_per_batch: int, batche
     import torch
 
     from runners.local.replay_buffer import Group
-    from runners.local.task import prompt_token_ids
     from runners.local.trainer import make_batch
+    from runners.tiny.arithmetic_task import prompt_token_ids
 
     data_gen = torch.Generator().manual_seed(seed)
     n = int(cfg.trainer.n)
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     from runners.local.base_checkpoint import load_base_model_for
-    from runners.local.tasks import build_task
     from runners.local.trainer import actor_config
+    from runners.tiny.task_by_name import build_task
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()

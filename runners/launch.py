@@ -7,13 +7,13 @@ a config that cannot work fails at once with a message naming the key, and nothi
 and exit with status 2.
 
 A run that starts and then stops (verl fails; its logs cannot be merged into ``metrics.json``:
-:class:`runners.run_error.RunError`; any error of the embedded backend, whose traceback goes to the run's
+:class:`runners.run.run_error.RunError`; any error of the embedded backend, whose traceback goes to the run's
 ``run.log``; a full disk) prints ``run failed: ...`` on one line naming the file and what to run next (no
 traceback) and exits with status 4; Ctrl-C prints ``stopped by the user (Ctrl-C) ...`` and exits with 130
 (:func:`run_backend`). A launch into a sweep folder whose runs were trained with other settings is warned
 about (:func:`warn_unlike_siblings`): the report would not pool it with them.
 
-A run folder locked by another launch (``runners.run_lock``) is reported first, right after
+A run folder locked by another launch (``runners.run.run_lock``) is reported first, right after
 composition: ``run folder busy: ...`` naming the holder, exit status 3. After validation the run
 folders are locked before anything is written, Hydra's own files included: when every job runs
 in this process (a single run, or ``-m`` with Hydra's basic launcher) the launcher takes the
@@ -21,7 +21,7 @@ locks of all jobs of the sweep up front and holds them to the end; with another 
 ``hydra/launcher=parallel``) each job takes its own lock when it starts, after Hydra has written
 its ``.hydra/`` files.
 
-Per job, under its lock: tidy the run folder (``runners.run_folder.prepare``: stale temporary
+Per job, under its lock: tidy the run folder (``runners.run.run_folder.prepare``: stale temporary
 files, an earlier start that completed no step), write ``config.yaml`` into it
 (``results/<sweep>/<method>-seed<seed>/``) and hand the run to the backend.
 """
@@ -40,24 +40,19 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runners import peer_keys, run_folder, run_lock
-from runners.provenance import config_sha256
-from runners.run_error import RunError
-from runners.validate import (
-    CONF_DIR,
-    ConfigError,
-    backend_module,
-    check_override_keys,
-    compose_checked,
-    run_dir_of,
-    validate,
-)
+from runners.config import CONF_DIR
+from runners.config.config_checks import backend_module, check_override_keys, compose_checked
+from runners.config.config_error import ConfigError
+from runners.run import peer_keys, run_folder, run_lock
+from runners.run.provenance import config_sha256
+from runners.run.run_error import RunError
+from runners.validate import run_dir_of, validate
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 #: Exit statuses of the launcher (README.md, "When something goes wrong"; 0: every run finished or resumed to its end).
 CONFIG_ERROR = 2  # ``config error: <key> ...``: refused before anything is written or computed
 FOLDER_BUSY = 3  # ``run folder busy: ...`` / ``run folder lock: ...``
-RUN_FAILED = 4  # ``run failed: ...``: a run that started and stopped (:class:`runners.run_error.RunError`, any error)
+RUN_FAILED = 4  # ``run failed: ...``: a run that started and stopped (:class:`runners.run.run_error.RunError`, any error)
 INTERRUPTED = 130  # ``stopped by the user (Ctrl-C) ...``: 128 + SIGINT, as a shell reports it
 
 log = logging.getLogger("runners.launch")
@@ -84,7 +79,7 @@ def prevalidate(argv: list[str]) -> list[Path]:
     """Compose every job, then validate them all before the first one starts; return their run folders.
 
     Composition (cheap) comes first, so a folder busy with another launch is reported at once
-    (:class:`runners.run_lock.RunFolderBusy`), before the slower checks; nothing is written.
+    (:class:`runners.run.run_lock.RunFolderBusy`), before the slower checks; nothing is written.
     """
     from hydra import compose, initialize_config_dir
 
@@ -111,7 +106,7 @@ def prevalidate(argv: list[str]) -> list[Path]:
 
 def warn_unlike_siblings(jobs: dict[Path, DictConfig], overrides: list[list[str]]) -> list[str]:
     """Warn (stderr, one line per job) when a new run differs from the runs already in its sweep folder in a
-    key that can change a result (``runners.peer_keys``): the report then shows it apart instead of pooling
+    key that can change a result (``runners.run.peer_keys``): the report then shows it apart instead of pooling
     it with them. Keys this launch varies across its own jobs (a multirun's sweep) are varied on purpose and
     left out. Returns the lines printed."""
     values = [dict(o.lstrip("+~").split("=", 1) for o in job if "=" in o) for job in overrides]
@@ -160,14 +155,14 @@ def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
     """The backend's run; every way it can stop early is one line on stderr and an exit status, past Hydra's
     traceback printer (the run folder's lock is released on the way out; a sweep stops there):
 
-    - a :class:`~runners.run_error.RunError` (verl failed, its logs cannot be merged): ``run failed: <its
+    - a :class:`~runners.run.run_error.RunError` (verl failed, its logs cannot be merged): ``run failed: <its
       message>``, :data:`RUN_FAILED`;
     - a full disk (``ENOSPC``): ``run failed: no space left ...`` naming the folder, :data:`RUN_FAILED` (the
       record is written atomically, so ``metrics.json`` stays the valid record of the steps before);
     - any other error: ``run failed: <type>: <message>`` naming the log that holds the traceback, :data:`RUN_FAILED`;
     - Ctrl-C: ``stopped by the user (Ctrl-C) ...``, :data:`INTERRUPTED` (both backends record the attempt
       and the run as ``stopped``);
-    - a :class:`~runners.config_error.ConfigError` only the backend can find (the verl dry run against the
+    - a :class:`~runners.config.config_error.ConfigError` only the backend can find (the verl dry run against the
       installed verl): ``config error: ...``, :data:`CONFIG_ERROR`.
     """
     try:

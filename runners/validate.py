@@ -1,133 +1,33 @@
-"""The one validation module: every check of a run config, run before any compute.
+"""Every check of a launch, in order, before any compute (:func:`validate`); each error names the key and the
+allowed values:
 
-Each error names the key and the allowed values. In order (:func:`validate`):
-
-1. the schema (``runners.schema``): types (already enforced by composition, see :func:`compose_checked`),
-   allowed values and ranges of every key, declared once as field metadata;
-2. the arm (:func:`check_arm`): a known method file whose traits (``tis_cap``, ``score_centering``) fit
-   what its registered loss declares (``@arm`` in ``ablations/losses.py``);
-3. cross-field rules (:func:`check_rules`): score centering needs the full distribution, a non-default
-   ``scenario`` only for the local backend, the local sampler's limits, micro-batches that divide the batch;
-4. the trackers of ``backend.logger`` (:func:`check_trackers`: both backends log through verl's ``Tracking``);
-5. the run folder (writable, not holding another run) and the backend's checks that need its own
+1. the config by itself (:mod:`runners.config.config_checks`): the schema, the arm, cross-field rules;
+2. the trackers of ``backend.logger`` (:func:`check_trackers`: both backends log through verl's ``Tracking``);
+3. the run folder (writable, not holding another run) and the backend's checks that need its own
    computation (the local task's prompt lengths; verl's composed config).
+
+It reads every room (the config, the run folder, the embedded backend's trackers, the backend a config names),
+so it sits beside the launcher, at the top of docs/architecture.md's package order.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from runners import schema
-from runners.config_error import ConfigError
+from runners.config.config_checks import (
+    RESUME_INSENSITIVE_KEYS,
+    backend_module,
+    check_arm,
+    check_rules,
+    check_schema,
+)
+from runners.config.config_error import ConfigError
 from runners.local.trackers import check_loggers
-from runners.run_folder import plan
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-#: Keys that may change between attempts of one run without making it a different run.
-#: (Where live curves go, ``backend.logger``/``backend.project_name``, may change too: it changes no number;
-#: so may the capacity plan's inputs, ``gpu`` and ``backend.capacity``: the plan is made anew at every launch
-#: and nothing trains on them.) Each key covers the keys under it.
-RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run", "backend.logger", "backend.project_name",
-                                     "gpu", "backend.capacity"})
-#: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
-OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
-#: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.
-SCENARIO_BACKENDS = ("local",)
-
-
-def known_methods() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
-
-
-def compose_checked(compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> DictConfig:
-    """``compose(overrides)``, with a schema type error (``trainer.n=abc``) or a rejected rule raised as ConfigError.
-
-    A scenario merged into a backend without a sampler fails to compose (the backend's schema has no
-    ``backend.sampler``); that is reported as the scenario rule of :func:`check_scenario`.
-    """
-    from hydra.errors import ConfigCompositionException
-    from omegaconf.errors import ValidationError
-
-    def key(override: str) -> str:
-        return override.split("=", 1)[0].lstrip("+~")
-
-    try:
-        return compose(overrides)
-    except ConfigCompositionException as err:
-        scenario = next((o.split("=", 1)[1] for o in overrides if key(o) == "scenario"), "default")
-        if scenario != "default":  # the backend the other group selections give
-            groups = [o for o in overrides if key(o) != "scenario" and (CONF_DIR / key(o)).is_dir()]
-            check_scenario(scenario, OmegaConf.select(compose(groups), "backend.name"))
-        if isinstance(err.__cause__, ValidationError):
-            raise ConfigError(schema.type_message(err.__cause__)) from err
-        raise
-
-
-def check_scenario(scenario: str, backend: str) -> None:
-    """A non-default scenario sets the embedded sampler's knobs: only the local backend has them."""
-    if scenario != "default" and backend not in SCENARIO_BACKENDS:
-        raise ConfigError(f"scenario={scenario} sets backend.sampler.* (the embedded sampler's mismatch), which "
-                          f"backend={backend} does not have; allowed with backend={backend}: scenario=default")
-
-
-def check_schema(cfg: DictConfig) -> None:
-    """Types, allowed values and ranges of every key (``runners.schema``)."""
-    try:
-        schema.check(cfg)
-    except schema.SchemaError as err:
-        raise ConfigError(str(err)) from err
-
-
-def check_arm(cfg: DictConfig) -> None:
-    """The arm: a known method file, a registered arm loss, traits that fit what the loss reads."""
-    from ablations.losses import ARM_LOSSES
-
-    m = cfg.method
-    methods = known_methods()
-    if m.name not in methods:
-        raise ConfigError(f"method.name={m.name!r} is unknown; allowed: {', '.join(methods)}")
-    loss = ARM_LOSSES.get(m.loss_mode)
-    if loss is None:
-        raise ConfigError(f"method.loss_mode={m.loss_mode!r} is not a registered verl policy loss of an arm "
-                          f"(@arm in ablations/losses.py); allowed: {', '.join(sorted(ARM_LOSSES))}")
-    traits = schema.arm_traits(m)
-    if traits.tis != loss.tis:
-        applies = "applies TIS; allowed: a number > 0" if loss.tis else "applies no TIS; allowed: null"
-        state = " is null" if m.tis_cap is None else f"={m.tis_cap}"
-        raise ConfigError(f"method.tis_cap{state} but method.loss_mode={m.loss_mode} {applies}")
-    if traits.sc != loss.sc:
-        raise ConfigError(f"method.score_centering={m.score_centering} does not fit method.loss_mode={m.loss_mode}, "
-                          f"which {'takes' if loss.sc else 'does not take'} sc_correction; allowed: "
-                          f"method.score_centering={str(loss.sc).lower()}")
-
-
-def check_rules(cfg: DictConfig) -> None:
-    """Rules across keys (the schema has checked each key on its own)."""
-    r = cfg.rollout
-    check_scenario(cfg.scenario, cfg.backend.name)
-    if cfg.method.score_centering and (r.top_p != 1.0 or r.top_k != -1):
-        raise ConfigError(
-            f"score centering needs the sampler's full distribution: rollout.top_p={r.top_p}, "
-            f"rollout.top_k={r.top_k}; allowed: rollout.top_p=1.0 and rollout.top_k=-1"
-        )
-    if cfg.backend.name != "local":
-        return
-    b = cfg.backend
-    if r.top_p != 1.0 or r.top_k != -1:
-        raise ConfigError(f"rollout.top_p={r.top_p}, rollout.top_k={r.top_k}: the local sampler draws from the "
-                          "full vocabulary; allowed: rollout.top_p=1.0 and rollout.top_k=-1")
-    if cfg.eval.top_p != 1.0:
-        raise ConfigError(f"eval.top_p={cfg.eval.top_p}: the local sampler supports only eval.top_p=1.0")
-    responses = cfg.trainer.prompts_per_step * cfg.trainer.n
-    if responses % b.micro_batch_size:
-        raise ConfigError(f"backend.micro_batch_size={b.micro_batch_size} must divide trainer.prompts_per_step x "
-                          f"trainer.n = {responses}")
+from runners.run.run_folder import plan
 
 
 def check_trackers(cfg: DictConfig) -> None:
@@ -136,49 +36,14 @@ def check_trackers(cfg: DictConfig) -> None:
     check_loggers(list(cfg.backend.logger))
 
 
-def _leaf_keys(node: object, prefix: str = "") -> list[str]:
-    """Every key path of a container (``trainer``, ``trainer.lr``, ``data.eval_sets.0.size``, ...)."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
-    if items is None:
-        return [prefix[:-1]]
-    return [*([prefix[:-1]] if prefix else []), *(k for key, v in items for k in _leaf_keys(v, f"{prefix}{key}."))]
-
-
-def check_override_keys(overrides: list[str], compose: Callable[[list[str]], DictConfig]) -> None:
-    """Reject a command-line value key that is not a key of the config, naming it and the closest keys.
-
-    ``compose(overrides)`` composes the config. Group selections (``method=sc``, ``+experiment=NAME``:
-    a folder under ``conf/``) are options, checked by Hydra. The keys of the config composed with only
-    those selections (the base, experiments included) are the known keys. A value key passes when it
-    is known (``++`` then overrides it) or is one of ``OPTIONAL_KEYS``; a key added with ``+``/``++``
-    that is neither would be silently ignored, so it is an error, as is a plain override of an unknown
-    key (Hydra's own message for that suggests adding it with ``+``).
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = list(zip(OverridesParser.create().parse_overrides(overrides), overrides, strict=True))
-    is_group = [(CONF_DIR / o.key_or_group).is_dir() for o, _ in parsed]
-    known = set(_leaf_keys(OmegaConf.to_container(compose([t for (_, t), g in zip(parsed, is_group, strict=True)
-                                                            if g]))))
-    for (o, text), group in zip(parsed, is_group, strict=True):
-        key = o.key_or_group
-        if group or o.is_delete() or key in known or key in OPTIONAL_KEYS:
-            continue
-        close = difflib.get_close_matches(key, sorted(known | OPTIONAL_KEYS), n=3, cutoff=0.6)
-        hint = f"; did you mean {' or '.join(close)}?" if close else "."
-        ignored = ", so it would be ignored" if o.is_add() or o.is_force_add() else ""
-        raise ConfigError(f"{text}: {key} is not a key of this config (no config file defines it and no code "
-                          f"reads it){ignored}{hint}")
-
-
 def check_existing_config(run_dir: Path, config_yaml: str) -> str:
-    """What a launch may do with ``run_dir`` (``runners.run_folder.plan``): ``new``, ``resume``,
+    """What a launch may do with ``run_dir`` (``runners.run.run_folder.plan``): ``new``, ``resume``,
     ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises."""
     return plan(run_dir, config_yaml, RESUME_INSENSITIVE_KEYS)
 
 
 def check_results_root(run_dir: Path) -> None:
-    """The run folder and its lock file (``runners.run_lock``, in the folder's parent) can be created:
+    """The run folder and its lock file (``runners.run.run_lock``, in the folder's parent) can be created:
     for each, the nearest existing ancestor is a folder in which a folder can be made.
 
     Permission bits alone do not tell (root passes ``os.access`` on ``/proc`` or a read-only mount), so
@@ -208,16 +73,6 @@ def _cannot_make_folder_in(folder: Path) -> str | None:
         return f"no folder can be made in {folder} ({err.strerror})"
     os.rmdir(probe)
     return None
-
-
-def backend_module(cfg: DictConfig):
-    """The backend package named by ``backend.name``."""
-    import importlib
-
-    modules = {"local": "runners.local.backend", "verl": "runners.verl_backend"}
-    if cfg.backend.name not in modules:
-        raise ConfigError(f"backend.name={cfg.backend.name!r}; allowed: {', '.join(modules)}")
-    return importlib.import_module(modules[cfg.backend.name])
 
 
 def run_dir_of(cfg: DictConfig) -> Path:

@@ -69,8 +69,8 @@ def _score_with(sweep_dir, numerics: str) -> None:
     """Set ``eval.numerics`` in every run record of ``sweep_dir`` (the record kept in step)."""
     import yaml
 
-    from runners.provenance import config_sha256
-    from runners.run_record import record_config_sha256
+    from runners.run.provenance import config_sha256
+    from runners.run.run_record import record_config_sha256
 
     for config_file in sorted(sweep_dir.glob("*/config.yaml")):
         config = yaml.safe_load(config_file.read_text())

@@ -1,4 +1,4 @@
-"""The shipped base model (runners/local/base_model.py): verified, used by the default, same on any CPU.
+"""The shipped base model (runners/tiny/base_model.py): verified, used by the default, same on any CPU.
 
 * the default config's warm-start key is the shipped one, so the embedded default loads the
   shipped weights (a change to the default model/data config without `--ship` fails here);
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from runners import validate as validation
-from runners.local import base_model as bm
+from runners.config import config_checks
 from runners.local.base_checkpoint import load_base_model_for
 from runners.local.warmstart import cache_key
+from runners.tiny import base_model as bm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ STEP0 = {"val-core/arith_a/acc/mean@8": 0.4791666666666667, "val-core/arith_b/ac
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -96,7 +96,7 @@ from hydra import compose, initialize_config_dir
 from runners import validate as validation
 from runners.local.backend import LocalRun
 out, threads = Path(sys.argv[1]), int(sys.argv[2])
-with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
     cfg = compose(config_name="config", overrides=[f"results_root={out}", f"backend.threads={threads}"])
 run = LocalRun(cfg, out / "run", "probe")
 run.evaluate()
@@ -141,7 +141,7 @@ def test_a_built_wheel_carries_the_shipped_model(tmp_path):
                            "-q", "-w", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = tmp_path.glob("sc_ablations-*.whl")
-    prefix = "runners/local/assets/tiny_qwen3_base/"
+    prefix = "runners/tiny/assets/tiny_qwen3_base/"
     with zipfile.ZipFile(wheel) as z:
         manifest = json.loads(z.read(prefix + bm.MANIFEST))
         weights = z.read(prefix + bm.WEIGHTS)

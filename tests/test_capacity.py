@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runners.capacity import plan as capacity
-from runners.capacity import rollout, timing, trainer
+from runners.capacity import rollout_memory, timing, trainer_memory
 from runners.capacity.shapes import PUBLISHED, ModelShape, shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def test_parameter_count_equals_the_real_models_on_the_meta_device(name):
 
 
 def test_trainer_terms_by_hand():
-    terms = trainer.trainer_terms(QWEN3_4B, T, gradient_checkpointing=True, dp_size=D, calculate_entropy=True,
+    terms = trainer_memory.trainer_terms(QWEN3_4B, T, gradient_checkpointing=True, dp_size=D, calculate_entropy=True,
                                   entropy_chunk_rows=2048, flash_cross_entropy=True, sc_top_k=128)
     vh, layer = 151_936 * 2_560, 100_930_816  # the tied embedding; one decoder layer's parameters
     assert terms["model_states"] == 16 * N // D == 16_089_872_384  # fp32 weight, grad, two AdamW moments
@@ -59,7 +59,7 @@ def test_trainer_terms_by_hand():
     assert terms["gathered"] == max(2 * 2 * vh + 2 * 2 * layer, 9 * vh) == 3_500_605_440
     # per layer and token: two norms 8h each, q 10q, k and v 10kv, MLP 8I, fp32 rsqrt / lse per head, 8
     a = 16 * 2_560 + 10 * 4_096 + 10 * 1_024 + 8 * 9_728 + 8 * 32 + 4 * 8 + 8
-    assert a == 170_280 == trainer.layer_activation_bytes_per_token(QWEN3_4B)  # torch's tracker counted 170,280
+    assert a == 170_280 == trainer_memory.layer_activation_bytes_per_token(QWEN3_4B)  # torch's tracker counted 170,280
     kept = 36 * 2 * 2_560 * T  # checkpointed bf16 layer inputs
     recompute = (a + 4 * 9_728) * T  # one layer recomputed, its gate and up gradients in flight
     assert terms["activations"] == kept + recompute == 6_447_300_608
@@ -83,39 +83,39 @@ def test_trainer_terms_by_hand():
 
 def test_trainer_paths_and_knobs_by_hand():
     base = dict(gradient_checkpointing=True, dp_size=D, calculate_entropy=True, sc_top_k=0)
-    plain = trainer.trainer_terms(QWEN3_4B, T, **base)
-    assert trainer.trainer_terms(QWEN3_4B, T, **{**base, "offload_policy": True})["model_states"] == 0
+    plain = trainer_memory.trainer_terms(QWEN3_4B, T, **base)
+    assert trainer_memory.trainer_terms(QWEN3_4B, T, **{**base, "offload_policy": True})["model_states"] == 0
     # verl's entropy_checkpointing recomputes the whole chunked entropy: its backward peaks higher
-    ckpt = trainer.trainer_terms(QWEN3_4B, T, **{**base, "entropy_checkpointing": True})
+    ckpt = trainer_memory.trainer_terms(QWEN3_4B, T, **{**base, "entropy_checkpointing": True})
     assert ckpt["logits"] - plain["logits"] == 2 * TV
     # verl's torch fallback keeps each row's fp32 log-softmax (autocast) until its backward
-    torch_path = trainer.trainer_terms(QWEN3_4B, T, **{**base, "flash_cross_entropy": False})
+    torch_path = trainer_memory.trainer_terms(QWEN3_4B, T, **{**base, "flash_cross_entropy": False})
     assert torch_path["logits"] == max(2 * TV + 8 * TV + 4 * TV, 10 * TV + 20 * 2_048 * V)
-    no_entropy = trainer.trainer_terms(QWEN3_4B, T, **{**base, "calculate_entropy": False})
+    no_entropy = trainer_memory.trainer_terms(QWEN3_4B, T, **{**base, "calculate_entropy": False})
     # without the entropy verl runs flash-attn's cross-entropy with inplace_backward=True: its gradient overwrites
     # the logits block (verl/workers/engine/fsdp/transformer_impl.py), so the block and one fp32 lse per row
     assert no_entropy["logits"] == 2 * TV + 4 * T
-    copied = trainer.trainer_terms(QWEN3_4B, T, **{**base, "calculate_entropy": False, "inplace_cross_entropy": False})
+    copied = trainer_memory.trainer_terms(QWEN3_4B, T, **{**base, "calculate_entropy": False, "inplace_cross_entropy": False})
     assert copied["logits"] == 2 * TV + 2 * TV  # the block and flash-attn's new bf16 gradient
-    assert trainer.in_place_gradient(trainer.TrainerSetup(tokens=T, calculate_entropy=False))
-    assert not trainer.in_place_gradient(trainer.TrainerSetup(tokens=T, calculate_entropy=True))
-    assert not trainer.in_place_gradient(trainer.TrainerSetup(tokens=T, flash_cross_entropy=False))
-    no_ckpt = trainer.trainer_terms(QWEN3_4B, T, **{**base, "gradient_checkpointing": False})
+    assert trainer_memory.in_place_gradient(trainer_memory.TrainerSetup(tokens=T, calculate_entropy=False))
+    assert not trainer_memory.in_place_gradient(trainer_memory.TrainerSetup(tokens=T, calculate_entropy=True))
+    assert not trainer_memory.in_place_gradient(trainer_memory.TrainerSetup(tokens=T, flash_cross_entropy=False))
+    no_ckpt = trainer_memory.trainer_terms(QWEN3_4B, T, **{**base, "gradient_checkpointing": False})
     assert no_ckpt["activations"] == (36 * 170_280 + 2 * 2_560 + 4 * 9_728) * T
-    single = trainer.trainer_terms(QWEN3_4B, 4_096, dp_size=1, calculate_entropy=False)
+    single = trainer_memory.trainer_terms(QWEN3_4B, 4_096, dp_size=1, calculate_entropy=False)
     assert single["peak"] == 20 * N  # one GPU: the optimizer step's foreach sqrt on top of the states
 
 
 def test_rollout_terms_by_hand():
-    setup = rollout.RolloutSetup(gpu_bytes=80 * 10**9, gpu_memory_utilization=0.85, tensor_parallel=2,
+    setup = rollout_memory.RolloutSetup(gpu_bytes=80 * 10**9, gpu_memory_utilization=0.85, tensor_parallel=2,
                                  max_num_batched_tokens=8_192, max_num_seqs=256, sequence_tokens=9_216,
                                  outside_torch_bytes=500_000_000, cuda_graph_bytes=1_000_000_000,
                                  context_bytes=600_000_000)
-    r = rollout.rollout_terms(QWEN3_4B, setup)
+    r = rollout_memory.rollout_terms(QWEN3_4B, setup)
     assert r["weights"] == 2 * N // 2
-    assert rollout.kv_bytes_per_token(QWEN3_4B, 1) == 147_456  # 2 x 36 x 8 x 128 x 2 (docs/capacity_notes)
+    assert rollout_memory.kv_bytes_per_token(QWEN3_4B, 1) == 147_456  # 2 x 36 x 8 x 128 x 2 (docs/capacity_notes)
     assert r["kv_bytes_per_token"] == 147_456 // 2
-    assert rollout.kv_bytes_per_token(QWEN3_4B, 16) == 2 * 36 * 1 * 128 * 2  # a KV head per rank at least
+    assert rollout_memory.kv_bytes_per_token(QWEN3_4B, 16) == 2 * 36 * 1 * 128 * 2  # a KV head per rank at least
     activation = 8_192 * (6 * 2_560 + (2 * (4_096 + 2 * 1_024) + 6 * 9_728) // 2) + 256 * 12 * V
     assert r["activation_peak"] == activation == 881_983_488
     kv = 68_000_000_000 - 2 * N // 2 - activation - 500_000_000 - 1_000_000_000

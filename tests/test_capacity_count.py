@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.capacity import trainer
+from runners.capacity import trainer_memory
 from runners.capacity.shapes import ModelShape
 
 # the repository's own file, imported plainly: a break in it fails these tests (it is no optional dependency)
@@ -35,7 +35,7 @@ def test_a_count_of_the_tiny_model_agrees_with_the_plan():
     shape = capacity_count.tiny_shape()
     count = capacity_count.count(shape, 64, world_size=1, calculate_entropy=True,
                                  parts=("model_states", "activations", "logits", "peak_total"))
-    terms = trainer.trainer_terms(ModelShape.from_config(shape), 64, dp_size=1, calculate_entropy=True,
+    terms = trainer_memory.trainer_terms(ModelShape.from_config(shape), 64, dp_size=1, calculate_entropy=True,
                                   flash_cross_entropy=False)
     # 16 bytes per parameter; AdamW adds a 4-byte step counter per parameter tensor (35 here), not modelled
     assert 0 <= count["model_states"]["bytes"] - terms["model_states"] <= 4 * 35 + 512

@@ -1,5 +1,5 @@
 """A run folder written before a config key existed still resumes and is pooled with what it did
-(runners.config_history), on a real record of commit 4475272 (tests/fixtures/run_before_eval_numerics)."""
+(runners.config.config_history), on a real record of commit 4475272 (tests/fixtures/run_before_eval_numerics)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runners import peer_keys
-from runners.config_error import ConfigError
-from runners.config_history import with_added_keys
-from runners.provenance import config_sha256
-from runners.run_record import record_config_sha256
-from runners.validate import CONF_DIR, check_existing_config
+from runners.config import CONF_DIR
+from runners.config.config_error import ConfigError
+from runners.config.config_history import with_added_keys
+from runners.run import peer_keys
+from runners.run.provenance import config_sha256
+from runners.run.run_record import record_config_sha256
+from runners.validate import check_existing_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_before_eval_numerics" / "sc-seed3"
 OLD_ROOT = "/tmp/oldruns"

@@ -1,8 +1,8 @@
 """The record is what ran: a `config.yaml` edited after the run wrote it is caught.
 
 `metrics.json` records the sha256 of the run's `config.yaml` (`run.config_sha256`). A folder where they
-differ is refused by every launch (the common path of both backends, `runners.run_folder.plan`) and
-reported by `python -m analysis.contract`, naming the file; a launch's own rewrite (an extension)
+differ is refused by every launch (the common path of both backends, `runners.run.run_folder.plan`) and
+reported by `python -m runners.run.contract_check`, naming the file; a launch's own rewrite (an extension)
 keeps the two in step.
 """
 
@@ -17,12 +17,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from analysis.contract import check_run_dir
-from analysis.contract import main as contract_main
-from runners import validate as validation
-from runners.provenance import config_sha256
-from runners.run_folder import write_config
-from runners.run_record import config_edited, recorded_config_sha256
+from runners import validate
+from runners.config import config_checks, config_error
+from runners.run.contract_check import check_run_dir
+from runners.run.contract_check import main as contract_main
+from runners.run.provenance import config_sha256
+from runners.run.run_folder import write_config
+from runners.run.run_record import config_edited, recorded_config_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -30,7 +31,7 @@ EDITED = "config.yaml edited after the run wrote it"
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -73,17 +74,17 @@ def test_an_edited_config_of_a_verl_run_is_refused(tmp_path):
     overrides = ["+experiment=qwen3_4b_sc_repro", "method=pg", f"results_root={tmp_path}", "backend.dry_run=true"]
     cfg = composed(overrides)
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    run_dir = validation.run_dir_of(cfg)
+    run_dir = validate.run_dir_of(cfg)
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(config_yaml)
     record = {"schema_version": 1, "run": {"config_sha256": config_sha256(config_yaml)}, "train": [{"step": 1}]}
     (run_dir / "metrics.json").write_text(json.dumps(record))
-    assert validation.validate(cfg, config_yaml) == "resume"  # the control: untouched, it resumes
+    assert validate.validate(cfg, config_yaml) == "resume"  # the control: untouched, it resumes
 
     (run_dir / "config.yaml").write_text(config_yaml.replace("lr: 1.0e-06", "lr: 2.0e-06"))
     assert (run_dir / "config.yaml").read_text() != config_yaml
-    with pytest.raises(validation.ConfigError, match=rf"{run_dir / 'config.yaml'}: {EDITED}"):
-        validation.validate(cfg, config_yaml)
+    with pytest.raises(config_error.ConfigError, match=rf"{run_dir / 'config.yaml'}: {EDITED}"):
+        validate.validate(cfg, config_yaml)
 
 
 def test_a_launch_rewriting_config_yaml_moves_the_recorded_hash_first(tmp_path):

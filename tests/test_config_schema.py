@@ -1,4 +1,4 @@
-"""The config schema (runners/schema.py) and the one validation module (runners/validate.py).
+"""The config schema (runners/config/schema.py) and the one validation module (runners/validate.py).
 
 Every bad config is composed through Hydra from the overrides a user would type, by the launcher's
 prevalidation (``runners.launch.prevalidate``), and must be rejected there, before any compute (nothing
@@ -15,8 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runners import launch, schema
-from runners import validate as validation
+from runners import launch
+from runners.config import config_checks, config_error, schema
 
 EXPERIMENT = "+experiment=qwen3_4b_sc_repro"
 
@@ -108,7 +108,7 @@ def test_the_table_is_large_and_distinct():
 def test_bad_config_is_rejected_before_any_compute(tmp_path, overrides, wanted):
     results = tmp_path / "results"
     argv = [*overrides, f"results_root={results}", *(["backend.dry_run=true"] if EXPERIMENT in overrides else [])]
-    with pytest.raises(validation.ConfigError) as err:
+    with pytest.raises(config_error.ConfigError) as err:
         launch.prevalidate(argv)
     message = str(err.value)
     for pattern in wanted:
@@ -125,21 +125,21 @@ def test_good_configs_pass_the_same_path(tmp_path, overrides):
 
 def test_head_size_is_set_once_per_setup():
     """method yamls declare only the arm; the head size comes from the setup (config.yaml / the experiment)."""
-    for path in (validation.CONF_DIR / "method").glob("*.yaml"):
+    for path in (config_checks.CONF_DIR / "method").glob("*.yaml"):
         assert "top_k" not in OmegaConf.load(path), path
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
-        assert {compose("config", overrides=[f"method={m}"]).method.top_k for m in validation.known_methods()} == {8}
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
+        assert {compose("config", overrides=[f"method={m}"]).method.top_k for m in config_checks.known_methods()} == {8}
         assert {compose("config", overrides=[EXPERIMENT, f"method={m}"]).method.top_k
-                for m in validation.known_methods()} == {128}
+                for m in config_checks.known_methods()} == {128}
 
 
 def test_every_group_yaml_names_its_schema():
     names = {(g, n) for g, n, _ in schema.STORED}
     for group, option in (("method", "pg"), ("backend", "local"), ("backend", "verl"), ("model", "tiny_qwen3"),
                           ("data", "synthetic_arith")):
-        defaults = OmegaConf.load(validation.CONF_DIR / group / f"{option}.yaml").defaults
+        defaults = OmegaConf.load(config_checks.CONF_DIR / group / f"{option}.yaml").defaults
         assert defaults[0] in {n for g, n in names if g == group} and defaults[-1] == "_self_", (group, option)
-    assert "base_config" in OmegaConf.load(validation.CONF_DIR / "config.yaml").defaults
+    assert "base_config" in OmegaConf.load(config_checks.CONF_DIR / "config.yaml").defaults
 
 
 # -- a fifth arm: one @arm loss plus one yaml ----------------------------------------------------------
@@ -170,9 +170,9 @@ def fifth_arm(tmp_path, monkeypatch):
                                          config, rollout_is_weights, sc_correction, **kwargs)
 
     conf = tmp_path / "conf"
-    shutil.copytree(validation.CONF_DIR, conf)
+    shutil.copytree(config_checks.CONF_DIR, conf)
     (conf / "method" / f"{FIFTH}.yaml").write_text(FIFTH_YAML)
-    monkeypatch.setattr(validation, "CONF_DIR", conf)
+    monkeypatch.setattr(config_checks, "CONF_DIR", conf)
     monkeypatch.setattr(launch, "CONF_DIR", conf)
     yield conf, policy_loss_halfcap
     POLICY_LOSS_REGISTRY.pop(FIFTH_LOSS, None)
@@ -188,13 +188,13 @@ def _compose(conf: Path, overrides: list[str]):
 
 
 def test_fifth_arm_embedded_backend(fifth_arm, tmp_path):
-    from runners.local.model import build_model
-    from runners.local.tokenizer import build_tokenizer
     from runners.local.trainer import PolicyTrainer
+    from runners.tiny.model import build_model
+    from runners.tiny.tokenizer import build_tokenizer
 
     conf, loss_fn = fifth_arm
     launch.prevalidate([f"method={FIFTH}", f"results_root={tmp_path / 'r'}"])  # the embedded validation path
-    with pytest.raises(validation.ConfigError, match=r"method\.score_centering=False does not fit"):
+    with pytest.raises(config_error.ConfigError, match=r"method\.score_centering=False does not fit"):
         launch.prevalidate([f"method={FIFTH}", "method.score_centering=false", f"results_root={tmp_path / 'r'}"])
     cfg = _compose(conf, [f"method={FIFTH}", f"results_root={tmp_path / 'r'}"])
     tokenizer = build_tokenizer()
@@ -212,18 +212,18 @@ def test_fifth_arm_verl_overrides_and_ingestion(fifth_arm, tmp_path):
     overrides = [EXPERIMENT, f"method={FIFTH}", f"results_root={tmp_path / 'r'}", "backend.dry_run=true"]
     launch.prevalidate(overrides)
     cfg = _compose(conf, overrides)
-    from runners.verl_backend import revisions as rev
+    from runners.verl_revisions import installed
 
     got = set(verl_launch.build_spec(cfg, tmp_path / "r" / "run", attempt=1).overrides)
     transport = {  # the SC keys of the installed verl's head transport
-        rev.VERL_TRANSPORT: {"++actor_rollout_ref.rollout.topk_log_probs=128",
+        installed.VERL_TRANSPORT: {"++actor_rollout_ref.rollout.topk_log_probs=128",
                              "++algorithm.rollout_correction.score_centering=True",
                              "++actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering=True"},
-        rev.PROJECT_TRANSPORT: {"++actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+        installed.PROJECT_TRANSPORT: {"++actor_rollout_ref.rollout.agent.agent_loop_manager_class="
                                 "runners.verl_head.agent_loop.HeadAgentLoopManager",
                                 "++actor_rollout_ref.rollout.custom.sc_ablations_topk=128",
                                 "++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=128"},
-    }[rev.transport()]
+    }[installed.transport()]
     assert {f"actor_rollout_ref.actor.policy_loss.loss_mode={FIFTH_LOSS}",
             "++actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token",
             "++actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is_threshold=1.5",
@@ -233,10 +233,10 @@ def test_fifth_arm_verl_overrides_and_ingestion(fifth_arm, tmp_path):
 
 
 def test_fifth_arm_analysis_order_and_metrics(fifth_arm, tmp_path):
-    from analysis.contract import read_run, required_train_metrics, run_traits
     from analysis.load import load_sweep
     from analysis.synthetic import build_sweep
-    from runners.run_contract import SC_TRAIN_METRICS, TIS_TRAIN_METRICS
+    from runners.run.contract_check import read_run, required_train_metrics, run_traits
+    from runners.run.run_contract import SC_TRAIN_METRICS, TIS_TRAIN_METRICS
 
     conf, _ = fifth_arm
     spec = OmegaConf.to_container(OmegaConf.load(conf / "method" / f"{FIFTH}.yaml"))

@@ -1,4 +1,4 @@
-"""analysis.contract: a valid run passes; every kind of violation is reported with its file."""
+"""runners.run.contract_check: a valid run passes; every kind of violation is reported with its file."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.contract import (
+from analysis.synthetic import build_sweep, counts_to_acc, write_run
+from runners.run.contract_check import (
     SC_TRAIN_METRICS,
     TIS_TRAIN_METRICS,
     check_run_dir,
     main,
     required_train_metrics,
 )
-from analysis.synthetic import build_sweep, counts_to_acc, write_run
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_running_run_may_be_short_and_open(run_dir):
 def test_required_metrics_per_arm():
     """Required metrics follow the arm's saved traits (its method config), not its name."""
     from analysis.synthetic import method_config
-    from runners.schema import ArmTraits, arm_traits
+    from runners.config.schema import ArmTraits, arm_traits
 
     tis, sc, both, pg = (required_train_metrics(arm_traits(method_config(m))) for m in ("tis", "sc", "sc_tis", "pg"))
     assert set(TIS_TRAIN_METRICS) <= set(tis) and not set(SC_TRAIN_METRICS) & set(tis)
@@ -70,8 +70,8 @@ def test_required_metrics_per_arm():
 
 
 def test_run_traits_come_from_the_saved_config(run_dir):
-    from analysis.contract import run_traits
-    from runners.schema import ArmTraits
+    from runners.config.schema import ArmTraits
+    from runners.run.contract_check import run_traits
 
     (run_dir / "config.yaml").write_text("method:\n  name: odd\n  tis_cap: 1.5\n  score_centering: true\n")
     assert run_traits(run_dir) == ArmTraits(tis=True, sc=True)
@@ -133,7 +133,7 @@ def test_seed_fixes_is_optional_and_checked(run_dir):
 
 def test_seed_pairing_needs_both_records_the_same_streams_and_the_data_order():
     from runners.local.backend import SEED_FIXES as LOCAL
-    from runners.run_contract import seed_fixes_record, seed_pairing
+    from runners.run.run_contract import seed_fixes_record, seed_pairing
     from runners.verl_backend.ingest import SEED_FIXES as VERL
 
     assert seed_pairing(LOCAL, dict(LOCAL)) is None and seed_pairing(VERL, VERL) is None
@@ -301,7 +301,7 @@ def test_cli(run_dir, tmp_path, capsys):
     assert main([str(run_dir), str(bad)]) == 1
     out = capsys.readouterr().out
     assert f"FAIL {bad}" in out and "metrics.json: missing" in out
-    proc = subprocess.run([sys.executable, "-m", "analysis.contract", str(bad)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "runners.run.contract_check", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 1 and "metrics.json: missing" in proc.stdout
 
 

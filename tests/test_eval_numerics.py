@@ -22,20 +22,19 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runners import schema
-from runners import validate as validation
+from runners.config import config_checks, schema
 from runners.local.backend import LocalRun
 from runners.local.evaluate import eval_sampler_config, val_file
-from runners.local.model import build_model
 from runners.local.sampler import CLEAN_NUMERICS, SCHEDULE_KEYS, Sampler, clean_sampler_config
-from runners.local.task import ArithmeticTask, prompt_token_ids
-from runners.local.tokenizer import build_tokenizer
 from runners.local.trainer import response_logits
-from runners.provenance import config_sha256
+from runners.run.provenance import config_sha256
+from runners.tiny.arithmetic_task import ArithmeticTask, prompt_token_ids
+from runners.tiny.model import build_model
+from runners.tiny.tokenizer import build_tokenizer
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -131,7 +130,7 @@ def _recorded_run(root, method: str, seed: int, overrides: list[str]):
     import yaml
 
     from analysis.synthetic import counts_to_acc, write_run
-    from runners.run_record import record_config_sha256
+    from runners.run.run_record import record_config_sha256
 
     config = OmegaConf.to_container(composed([f"method={method}", f"seed={seed}", *overrides]), resolve=True)
     run_dir = write_run(root / f"{method}-seed{seed}", method=method, seed=seed, total_steps=0,
@@ -144,7 +143,7 @@ def _recorded_run(root, method: str, seed: int, overrides: list[str]):
 def test_the_report_does_not_pool_runs_scored_differently(tmp_path):
     """Two runs that differ only in eval.numerics are not pooled as seeds of one arm (analysis.peers)."""
     from analysis.load import SweepError, load_sweep
-    from runners.peer_keys import is_pooling_key
+    from runners.run.peer_keys import is_pooling_key
 
     assert is_pooling_key("eval.numerics")
     root = tmp_path / "sweep"

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from runners import launch
-from runners import validate as validation
-from runners.config_error import ConfigError
+from runners import launch, validate
+from runners.config import config_checks
+from runners.config.config_error import ConfigError
 from runners.local.backend import LocalRun
-from runners.provenance import config_sha256
-from runners.run_error import RunError
+from runners.run.provenance import config_sha256
+from runners.run.run_error import RunError
 from runners.verl_backend.dry_run import failure_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +71,9 @@ def test_ctrl_c_is_recorded_as_stopped_by_the_user(tmp_path, monkeypatch):
     overrides = [f"results_root={tmp_path}", f"backend.cache_dir={cache}", "trainer.total_steps=4",
                  "trainer.prompts_per_step=4", "trainer.n=2", "backend.micro_batch_size=8", "trainer.test_freq=2",
                  "trainer.save_freq=2", "eval.n=2", "model.warmstart.steps=2"]
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
-    run_dir = validation.run_dir_of(cfg)
+    run_dir = validate.run_dir_of(cfg)
     run_dir.mkdir(parents=True)
     run = LocalRun(cfg, run_dir, config_sha256("x"))
     original = run.train_step

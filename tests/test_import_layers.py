@@ -1,17 +1,20 @@
-"""The project's import graph: no import circles, and no import upward from `runners/` into `analysis/`.
+"""The project's import graph: no import circles between modules, and rooms (packages) on floors.
 
 Every `import` statement of the project's packages counts, those inside functions included (a
-function-level import is how a circle hides). `analysis` reads run folders and may import
-`runners` (the run contract); `runners` writes them and never imports `analysis`.
+function-level import is how a circle hides). The floors are written once, in docs/architecture.md
+("Package order"): a package imports only packages of lower floors, never one of its own floor, and
+every package of the project is on a floor.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ablations", "analysis", "runners")
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def module_name(path: Path) -> str:
@@ -45,7 +48,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected component with more than one module (Tarjan), as sorted lists."""
+    """Every strongly connected component with more than one node (Tarjan), as sorted lists."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -79,16 +82,89 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
+def floors(text: str) -> dict[str, int]:
+    """The package -> floor table of the "Package order" section: numbered items, the packages in backticks
+    before the first " — "."""
+    section = text.split("## Package order", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, int] = {}
+    for line in section.splitlines():
+        if item := re.match(r"^(\d+)\. (.*?) — ", line):
+            for package in re.findall(r"`([\w.]+)`", item.group(2)):
+                table[package] = int(item.group(1))
+    return table
+
+
+def known_arrows_up(text: str) -> set[str]:
+    """The "Known arrows up" section: ``a -> b`` per item (module names in backticks)."""
+    if "## Known arrows up" not in text:
+        return set()
+    section = text.split("## Known arrows up", 1)[1].split("\n## ", 1)[0]
+    return {f"{a} -> {b}" for a, b in re.findall(r"^- `([\w.]+)` -> `([\w.]+)`", section, flags=re.M)}
+
+
+def package_of(module: str, table: dict[str, int]) -> str | None:
+    """The longest package of the table that holds ``module``."""
+    candidates = [p for p in table if module == p or module.startswith(p + ".")]
+    return max(candidates, key=len) if candidates else None
+
+
+def layer_violations(graph: dict[str, set[str]], table: dict[str, int]) -> list[str]:
+    """Every import between packages that is not down to a lower floor."""
+    bad = []
+    for name, targets in graph.items():
+        for target in targets:
+            a, b = package_of(name, table), package_of(target, table)
+            if a is None or b is None or a == b:
+                continue
+            if table[b] >= table[a]:
+                kind = "within floor" if table[b] == table[a] else "upward"
+                bad.append(f"{name} -> {target} ({kind}: {a} on floor {table[a]}, {b} on floor {table[b]})")
+    return sorted(bad)
+
+
 def test_the_cycle_finder_finds_a_two_module_circle():
     assert find_cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_floor_check_catches_an_arrow_up_and_one_within_a_floor():
+    table = floors("## Package order\n\n1. `p` — low\n2. `q`, `r` — high\n3. `s` — top\n")
+    assert table == {"p": 1, "q": 2, "r": 2, "s": 3}
+    graph = {"p.a": {"q.b"}, "q.b": {"r.c", "p.a"}, "s": {"q.b"}, "s.x": {"s.y"}}
+    assert layer_violations(graph, table) == ["p.a -> q.b (upward: p on floor 1, q on floor 2)",
+                                              "q.b -> r.c (within floor: q on floor 2, r on floor 2)"]
+    assert known_arrows_up("## Known arrows up\n\n- `p.a` -> `q.b` — why\n\n## Next\n- `x` -> `y`\n") == {"p.a -> q.b"}
 
 
 def test_no_import_circles():
     assert find_cycles(import_graph()) == []
 
 
+def test_every_package_is_on_a_floor():
+    table = floors(ARCHITECTURE.read_text())
+    packages = {module_name(p.parent / "__init__.py") for package in PACKAGES for p in (ROOT / package).rglob("__init__.py")}
+    unplaced = sorted(p for p in packages if package_of(p, table) is None or (p.count(".") == 1 and p not in table
+                                                                               and p.startswith("runners.")))
+    assert unplaced == [], "rooms of runners/ missing from docs/architecture.md's package order"
+
+
+def test_packages_import_only_lower_floors():
+    text = ARCHITECTURE.read_text()
+    found = layer_violations(import_graph(), floors(text))
+    known = known_arrows_up(text)
+    assert [v for v in found if v.split(" (")[0] not in known] == []
+    assert sorted(known - {v.split(" (")[0] for v in found}) == [], "listed as a known arrow up but gone: remove it"
+
+
 def test_runners_never_import_analysis():
     upward = sorted(f"{name} -> {target}" for name, targets in import_graph().items() if name.startswith("runners")
                     for target in targets if target.startswith("analysis"))
     assert upward == []
+
+
+def test_the_capacity_plans_copy_of_the_head_layout_agrees():
+    """The capacity plan keeps its own figure of the head's bytes per id so that it imports no backend."""
+    from runners.capacity.estimate import HEAD_BYTES_PER_ID
+    from runners.verl_head.head_layout import BYTES_PER_TOKEN_PER_ID
+
+    assert HEAD_BYTES_PER_ID == BYTES_PER_TOKEN_PER_ID

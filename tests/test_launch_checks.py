@@ -17,8 +17,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runners import validate as validation
-from runners.config_error import ConfigError
+from runners.config import config_checks
+from runners.config.config_error import ConfigError
 from runners.verl_backend import checks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ EXPERIMENT = "+experiment=qwen3_4b_sc_repro"
 
 def verl_cfg(tmp_path: Path, *extra: str, method: str = "sc"):
     overrides = [EXPERIMENT, f"method={method}", f"results_root={tmp_path / 'results'}", "backend.dry_run=true", *extra]
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         cfg = compose("config", overrides=overrides)
     OmegaConf.resolve(cfg)
     return cfg
@@ -51,10 +51,10 @@ def model_folder(tmp_path: Path, heads: int, kv_heads: int) -> Path:
     (["+model.rms_norm_eps=nan"], "model.rms_norm_eps=nan: must be a finite number"),  # a key without a schema
 ])
 def test_the_schema_refuses_inf_and_nan_naming_the_key(overrides, message):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         cfg = compose("config", overrides=overrides)
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("+", r"\+")):
-        validation.check_schema(cfg)
+        config_checks.check_schema(cfg)
 
 
 def test_an_infinite_gpu_memory_is_a_config_error_and_the_earlier_dry_run_stays(tmp_path):

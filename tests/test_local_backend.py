@@ -15,13 +15,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from analysis.contract import check_run_dir
-from runners import validate as validation
+from runners import validate as runners_validate
+from runners.config import config_checks
 from runners.local.backend import SEED_FIXES, LocalRun
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
 from runners.local.trainer import response_logits
-from runners.provenance import config_sha256
+from runners.run.contract_check import check_run_dir
+from runners.run.provenance import config_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -43,13 +44,13 @@ def small(results: Path, cache: Path, steps: int = 4) -> list[str]:
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
 def validate(overrides: list[str]) -> None:
     cfg = composed(overrides)
-    validation.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+    runners_validate.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -138,8 +139,8 @@ def test_checkpoints_keep_the_newest_and_a_resume_loads_the_newest(tmp_path):
 
 # -- sampler fidelity -------------------------------------------------------------------------
 def test_sampler_log_probs_and_head_match_a_trainer_recomputation():
-    from runners.local.model import build_model
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.model import build_model
+    from runners.tiny.tokenizer import build_tokenizer
 
     cfg = composed(["backend.sampler.weight_dtype=float32"])
     tok = build_tokenizer()
@@ -192,7 +193,7 @@ def test_same_seed_gives_identical_train_metrics(tmp_path, cache_dir):
     rows = []
     for sweep in ("a", "b"):
         cfg = composed([*small(tmp_path, cache_dir, steps=3), "method=sc_tis", f"sweep={sweep}"])
-        run_dir = validation.run_dir_of(cfg)
+        run_dir = runners_validate.run_dir_of(cfg)
         run_dir.mkdir(parents=True)
         LocalRun(cfg, run_dir, config_sha256("x")).run()
         rows.append(read_train(run_dir))
@@ -200,7 +201,7 @@ def test_same_seed_gives_identical_train_metrics(tmp_path, cache_dir):
         assert seed_fixes == SEED_FIXES  # what the seed fixes, recorded (checked: tests/test_contract.py)
     assert rows[0] == rows[1]
     other = composed([*small(tmp_path, cache_dir, steps=3), "method=sc_tis", "sweep=c", "seed=7"])
-    run_dir = validation.run_dir_of(other)
+    run_dir = runners_validate.run_dir_of(other)
     run_dir.mkdir(parents=True)
     LocalRun(other, run_dir, config_sha256("x")).run()
     assert read_train(run_dir) != rows[0]
@@ -236,7 +237,7 @@ def test_sigkill_and_resume_continues_exactly(tmp_path, cache_dir):
 
     reference = composed([*small(tmp_path, cache_dir, steps=steps), "method=sc", "trainer.save_freq=3",
                           "sweep=uninterrupted"])
-    ref_dir = validation.run_dir_of(reference)
+    ref_dir = runners_validate.run_dir_of(reference)
     ref_dir.mkdir(parents=True)
     LocalRun(reference, ref_dir, config_sha256("x")).run()
     assert read_train(run_dir) == read_train(ref_dir)

@@ -13,9 +13,15 @@ from transformers import AutoTokenizer
 
 from runners.local import warmstart as ws
 from runners.local.generate import left_pad, position_ids_from_mask, sample
-from runners.local.model import build_model, count_parameters
-from runners.local.task import TRAIN_DATA_SOURCE, ArithmeticTask, Problem, prompt_token_ids, response_text
-from runners.local.tokenizer import build_tokenizer
+from runners.tiny.arithmetic_task import (
+    TRAIN_DATA_SOURCE,
+    ArithmeticTask,
+    Problem,
+    prompt_token_ids,
+    response_text,
+)
+from runners.tiny.model import build_model, count_parameters
+from runners.tiny.tokenizer import build_tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MODEL_CFG = OmegaConf.load(CONF / "model" / "tiny_qwen3.yaml")

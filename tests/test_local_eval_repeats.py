@@ -9,20 +9,21 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from analysis.contract import check_run_dir
 from analysis.load import load_sweep
 from analysis.synthetic import write_run
 from analysis.tables import retest_table
-from runners import validate as validation
+from runners import validate
+from runners.config import config_checks
 from runners.local.evaluate import evaluate, val_file
-from runners.local.model import build_model
 from runners.local.sampler import Sampler
-from runners.local.task import ArithmeticTask
-from runners.local.tokenizer import build_tokenizer
+from runners.run.contract_check import check_run_dir
+from runners.tiny.arithmetic_task import ArithmeticTask
+from runners.tiny.model import build_model
+from runners.tiny.tokenizer import build_tokenizer
 
 
 def _cfg(*overrides: str):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=["eval.n=2", *overrides])
 
 
@@ -84,8 +85,8 @@ def test_bad_repeats_name_the_key(value):
     """Rejected before compute, as the launcher checks: a wrong type at composition, a range by the schema."""
 
     def checked():
-        cfg = validation.compose_checked(lambda overrides: _cfg(*overrides), [f"eval.repeats={value}"])
-        validation.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+        cfg = config_checks.compose_checked(lambda overrides: _cfg(*overrides), [f"eval.repeats={value}"])
+        validate.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
 
     with pytest.raises(ValueError, match=r"eval\.repeats.*integer"):
         checked()

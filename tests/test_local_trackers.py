@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import launch
-from runners import validate as validation
+from runners import launch, validate
+from runners.config import config_checks, config_error
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -69,7 +69,7 @@ def test_bad_logger_is_a_config_error(tmp_path, logger, wanted):
 
     if logger == "[mlflow]" and importlib.util.find_spec("mlflow") is not None:
         pytest.skip("mlflow is installed here")
-    with pytest.raises(validation.ConfigError, match=wanted):
+    with pytest.raises(config_error.ConfigError, match=wanted):
         launch.prevalidate([f"results_root={tmp_path / 'r'}", f"backend.logger={logger}"])
     assert not (tmp_path / "r").exists()
 
@@ -80,16 +80,16 @@ def test_folders_written_before_the_logger_key_still_resume(tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from runners.provenance import config_sha256
+    from runners.run.provenance import config_sha256
 
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[f"results_root={tmp_path}", "backend.logger=[console]"])
     old = OmegaConf.to_container(cfg, resolve=True)
     del old["backend"]["logger"], old["backend"]["project_name"]
     old_yaml = OmegaConf.to_yaml(OmegaConf.create(old))
-    run_dir = validation.run_dir_of(cfg)
+    run_dir = validate.run_dir_of(cfg)
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(old_yaml)
     record = {"schema_version": 1, "run": {"config_sha256": config_sha256(old_yaml)}, "train": [{"step": 1}]}
     (run_dir / "metrics.json").write_text(json.dumps(record))
-    assert validation.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True)) == "resume"
+    assert validate.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True)) == "resume"

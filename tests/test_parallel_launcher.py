@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from runners import validate as validation
+from runners.config import config_checks
 from runners.local.parallel import check_parallel_threads, joblib_n_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ TINY = ["trainer.prompts_per_step=8", "trainer.n=4", "backend.micro_batch_size=1
 
 
 def composed(overrides: list[str], hydra: bool = False):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides, return_hydra_config=hydra)
 
 

@@ -15,21 +15,21 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from runners import validate as validation
+from runners.config import config_checks
 from runners.local.backend import LocalRun
-from runners.local.model import build_model
 from runners.local.replay_buffer import Group
 from runners.local.sampler import Sampler
-from runners.local.task import ArithmeticTask, prompt_token_ids
-from runners.local.tokenizer import build_tokenizer
 from runners.local.trainer import response_logits
-from runners.provenance import config_sha256
+from runners.run.provenance import config_sha256
+from runners.tiny.arithmetic_task import ArithmeticTask, prompt_token_ids
+from runners.tiny.model import build_model
+from runners.tiny.tokenizer import build_tokenizer
 
 LADDER = (8, 6, 5, 4, 3, 2)
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 

@@ -28,10 +28,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners import verl_cpu
-from runners.hydra_override import parse
-from runners.verl_backend import dry_run, launch, layout, rehearsal
+from runners.config.hydra_override import parse
+from runners.verl_backend import dry_run, launch, run_files
 from runners.verl_backend import overrides as ovr
-from runners.verl_backend import revisions as rev
+from runners.verl_cpu import rehearsal
+from runners.verl_revisions import config_facts, defects, installed, project_slots
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -88,10 +89,10 @@ LOG_LIKE_THE_TRAINER = (f"import importlib; m = importlib.import_module({TRAINER
 
 def test_the_installed_verl_has_the_logger_flush_call():
     lines = _defect_lines()
-    assert rev.LOGGER_FLUSH.module == TRAINER_MODULE
-    assert rev.logger_calls_with_flush(TRAINER_MODULE) == lines
-    assert rev.LOGGER_FLUSH.present()
-    assert rev.environment_fixes() == rev.LOGGER_FLUSH.env == {"VERL_LOGGING_LEVEL": "WARN"}
+    assert defects.LOGGER_FLUSH.module == TRAINER_MODULE
+    assert defects.logger_calls_with_flush(TRAINER_MODULE) == lines
+    assert defects.LOGGER_FLUSH.present()
+    assert defects.environment_fixes() == defects.LOGGER_FLUSH.env == {"VERL_LOGGING_LEVEL": "WARN"}
 
 
 def test_reference_environment_survives_the_call_that_killed_trainer_init(tmp_path):
@@ -114,13 +115,13 @@ def test_logger_flush_detection_reads_calls_not_text(tmp_path, monkeypatch):
     (package / "quiet.py").write_text("logger.info('flush=True in a string')\nprint('x', flush=True)\n")
     (package / "loud.py").write_text("logger.info(\n  f'{len(a())} replicas',\n  flush=True,\n)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert rev.logger_calls_with_flush("fakeverl.quiet") == []
-    assert rev.logger_calls_with_flush("fakeverl.loud") == [1]
-    assert rev.logger_calls_with_flush("fakeverl.absent") == []
+    assert defects.logger_calls_with_flush("fakeverl.quiet") == []
+    assert defects.logger_calls_with_flush("fakeverl.loud") == [1]
+    assert defects.logger_calls_with_flush("fakeverl.absent") == []
 
 
 # -- the swaps and the difference from the reference ----------------------------------------------
-def _launch_difference(a: DictConfig, b: DictConfig, paths: layout.AttemptPaths) -> set[str]:
+def _launch_difference(a: DictConfig, b: DictConfig, paths: run_files.AttemptPaths) -> set[str]:
     """The verl keys (and ``env:`` variables) whose values differ between the launches of ``a`` and ``b``."""
     def values(cfg: DictConfig) -> dict:
         return {key: value for key, value, _ in map(parse, ovr.build_overrides(cfg, paths))}
@@ -133,7 +134,7 @@ def _launch_difference(a: DictConfig, b: DictConfig, paths: layout.AttemptPaths)
 
 def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path):
     cfg = config(tmp_path, "rehearsal")
-    paths = layout.AttemptPaths(run_dir(cfg), 1)
+    paths = run_files.AttemptPaths(run_dir(cfg), 1)
     report = dry_run.reference_difference(cfg, paths)
     names = [s["name"] for s in report["swaps"]]
     assert names == ["model", "platform", "rollout", "weight sync", "logical GPUs", "sizes"]
@@ -155,7 +156,7 @@ def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path
     assert not any(k.startswith("env:") for k in by_yaml)  # the environment differs only by the swaps
     # the loss, the advantage estimator and bypass mode are the reference experiment's
     for key in ("actor_rollout_ref.actor.policy_loss.loss_mode", "algorithm.adv_estimator",
-                f"{rev.DRIVER_RC}.bypass_mode", "actor_rollout_ref.hybrid_engine", "trainer.v1.trainer_mode"):
+                f"{config_facts.DRIVER_RC}.bypass_mode", "actor_rollout_ref.hybrid_engine", "trainer.v1.trainer_mode"):
         assert key not in rows
     text = rehearsal.difference_text(report)
     assert "[rollout]" in text and "conf/experiment/rehearsal.yaml" in text
@@ -163,7 +164,7 @@ def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path
 
 def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
     cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
-    paths = layout.AttemptPaths(run_dir(cfg), 1)
+    paths = run_files.AttemptPaths(run_dir(cfg), 1)
     text = "\n".join(ovr.build_overrides(cfg, paths))
     assert verl_cpu.ROLLOUT_NAME not in text and "VERL_PLATFORM" not in text and rehearsal.PLUGIN_MODULE not in text
 
@@ -196,7 +197,7 @@ def test_assets_are_the_shipped_model_and_parquet_sets_in_the_reference_schema(t
     import pyarrow.parquet as pq
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from runners.local.base_model import load_shipped
+    from runners.tiny.base_model import load_shipped
 
     cfg = config(tmp_path, "rehearsal")
     request = rehearsal.prepare_assets(cfg)
@@ -287,7 +288,7 @@ def cpu_server(tmp_path_factory):
 
 
 def test_cpu_rollout_log_probs_and_head_are_the_processed_distribution(cpu_server):
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "12+34=? \\boxed{}"}], tokenize=True,
@@ -328,10 +329,10 @@ def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
     the CPU platform maps to the stand-in; the project's transport (verl 0.9.1) asks the CPU rollout under its
     own name (a difference from the reference launch, set by the rollout swap)."""
     sc = config(tmp_path, "rehearsal", method="sc")
-    want = verl_cpu.HEAD_ROLLOUT_NAME if rev.transport() is rev.VERL_TRANSPORT else verl_cpu.ROLLOUT_NAME
+    want = verl_cpu.HEAD_ROLLOUT_NAME if installed.transport() is installed.VERL_TRANSPORT else verl_cpu.ROLLOUT_NAME
     assert rehearsal.rollout_name(sc) == want
     assert rehearsal.rollout_name(config(tmp_path, "rehearsal")) == verl_cpu.ROLLOUT_NAME
-    report = dry_run.reference_difference(sc, layout.AttemptPaths(run_dir(sc), 1))
+    report = dry_run.reference_difference(sc, run_files.AttemptPaths(run_dir(sc), 1))
     rows = {r["key"]: r for r in report["difference"]}
     if want == "vllm":
         assert "actor_rollout_ref.rollout.name" not in rows
@@ -345,17 +346,17 @@ def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
 def test_sc_arm_stops_before_anything_starts_where_the_transport_lacks_a_slot(tmp_path, capsys, monkeypatch):
     """The project's transport on a verl whose FSDP engine no longer opens the logits-processor slot: the
     launch stops with one line naming it, before anything is written."""
-    if rev.transport() is not rev.PROJECT_TRANSPORT:
+    if installed.transport() is not installed.PROJECT_TRANSPORT:
         pytest.fail("the pinned verl 0.9.1 uses the project's head transport")
-    monkeypatch.setattr(rev, "PROJECT_SLOTS", tuple(
-        rev.Slot(s.where, s.what, (lambda: False) if "prepare_model_outputs" in s.where else s.holds)
-        for s in rev.PROJECT_SLOTS))
-    rev.check.cache_clear()
+    monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
+        project_slots.Slot(s.where, s.what, (lambda: False) if "prepare_model_outputs" in s.where else s.holds)
+        for s in installed.PROJECT_SLOTS))
+    installed.check.cache_clear()
     results = tmp_path / "results"
     try:
         status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", f"results_root={results}"], capsys)
     finally:
-        rev.check.cache_clear()
+        installed.check.cache_clear()
     assert status == 2, err
     assert "prepare_model_outputs" in err and "logits-processor slot" in err and "Traceback" not in err
     assert not results.exists()

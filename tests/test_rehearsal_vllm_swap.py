@@ -7,7 +7,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from runners import verl_cpu
-from runners.verl_backend import rehearsal
+from runners.verl_cpu import rehearsal
 
 
 def test_the_switch_selects_vllm_only_when_asked():

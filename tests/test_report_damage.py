@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.contract import main as contract_main
 from analysis.load import SweepError, load_sweep
 from analysis.synthetic import build_sweep
+from runners.run.contract_check import main as contract_main
 
 VAL = "val/step_000010.jsonl"
 DAMAGE = {

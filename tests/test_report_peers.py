@@ -19,10 +19,10 @@ from analysis.__main__ import main as analysis_main
 from analysis.load import SweepError, load_sweep
 from analysis.report import build_report
 from analysis.synthetic import counts_to_acc, write_run
-from runners.peer_keys import INERT_KEYS, is_pooling_key, setting
-from runners.provenance import config_sha256
-from runners.run_record import record_config_sha256
-from runners.validate import CONF_DIR
+from runners.config import CONF_DIR
+from runners.run.peer_keys import INERT_KEYS, is_pooling_key, setting
+from runners.run.provenance import config_sha256
+from runners.run.run_record import record_config_sha256
 
 BASE = {"local": [], "verl": ["+experiment=qwen3_4b_sc_repro"]}
 #: One key changed at a time: learning rate, scenario, head size k, staleness, model, an evaluation key.

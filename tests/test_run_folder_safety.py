@@ -23,12 +23,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from analysis.contract import check_run_dir
-from runners import run_lock, run_record
-from runners import validate as validation
+from runners import validate
+from runners.config import config_checks, config_error
 from runners.local.backend import LocalRun
-from runners.provenance import config_sha256
-from runners.run_record import RunRecord, atomic_write_text
+from runners.run import run_lock, run_record
+from runners.run.contract_check import check_run_dir
+from runners.run.provenance import config_sha256
+from runners.run.run_record import RunRecord, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -51,7 +52,7 @@ def small(results: Path, cache: Path, steps: int) -> list[str]:
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -147,7 +148,7 @@ def test_verl_attempt_takes_the_same_lock(tmp_path):
     from runners.verl_backend import launch as verl_launch
 
     cfg = composed([f"results_root={tmp_path}", "backend=verl", "method=pg"])
-    run_dir = validation.run_dir_of(cfg)
+    run_dir = validate.run_dir_of(cfg)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], cwd=ROOT, env=ENV,
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -197,7 +198,7 @@ def test_verl_keeps_the_lock_while_it_runs_even_if_its_launcher_is_killed(tmp_pa
     for path in (train, *evals):
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist([{"data_source": "x", "prompt": "x"}]), path)
-    run_dir = validation.run_dir_of(cfg)
+    run_dir = validate.run_dir_of(cfg)
     pid_file = tmp_path / "verl.pid"
     launcher = subprocess.Popen([sys.executable, "-c", VERL_LAUNCHER, *overrides], cwd=ROOT,
                                 env={**ENV, "FAKE_VERL_PID_FILE": str(pid_file)},
@@ -275,7 +276,7 @@ def test_resume_removes_stale_temp_files_and_dates_the_killed_attempt(tmp_path, 
 
 
 def test_prepare_removes_atomic_write_temp_files_wherever_run_files_are_written(tmp_path):
-    from runners import run_folder
+    from runners.run import run_folder
 
     run_dir = tmp_path / "run"
     stale = [run_dir / ".config.yaml.abcd1234.tmp", run_dir / "val" / ".step_000002.jsonl.x_y_z_12.tmp",
@@ -307,7 +308,7 @@ def test_folder_left_before_the_first_step_is_reused(tmp_path, cache_dir):
     assert OmegaConf.load(run_dir / "config.yaml").trainer.lr == 1e-3
 
     default = composed([f"results_root={tmp_path}"])  # the default config is no longer blocked
-    assert validation.validate(default, OmegaConf.to_yaml(default, resolve=True)) == "reuse_empty"
+    assert validate.validate(default, OmegaConf.to_yaml(default, resolve=True)) == "reuse_empty"
 
     later = launch(["method=pg", *small(tmp_path, cache_dir, steps=2)])
     assert later.returncode == 0, later.stderr[-3000:]
@@ -321,8 +322,8 @@ def test_folder_left_before_the_first_step_is_reused(tmp_path, cache_dir):
 
     # a folder with completed steps is still refused under another config
     other = composed([*small(tmp_path, cache_dir, steps=2), "trainer.lr=1e-3"])
-    with pytest.raises(validation.ConfigError, match=r"trainer\.lr: 0\.0002 -> 0\.001.*has completed steps"):
-        validation.validate(other, OmegaConf.to_yaml(other, resolve=True))
+    with pytest.raises(config_error.ConfigError, match=r"trainer\.lr: 0\.0002 -> 0\.001.*has completed steps"):
+        validate.validate(other, OmegaConf.to_yaml(other, resolve=True))
 
 
 # -- 4. readable results ------------------------------------------------------------------------
@@ -349,7 +350,7 @@ def test_extending_a_run_equals_the_longer_run_bit_for_bit(tmp_path, cache_dir):
 
     straight_cfg = composed([*small(tmp_path, cache_dir, steps=6), "method=sc_tis", "trainer.save_freq=3",
                              "sweep=straight"])
-    straight = validation.run_dir_of(straight_cfg)
+    straight = validate.run_dir_of(straight_cfg)
     straight.mkdir(parents=True)
     LocalRun(straight_cfg, straight, config_sha256("x")).run()
 
@@ -377,8 +378,8 @@ def test_extending_a_run_equals_the_longer_run_bit_for_bit(tmp_path, cache_dir):
     for change, message in ((["trainer.lr=1e-3"], r"trainer\.lr: 0\.0002 -> 0\.001"),
                             (["trainer.total_steps=5"], r"would shorten it")):
         cfg = composed([*base, *small(tmp_path, cache_dir, steps=6), *change])
-        with pytest.raises(validation.ConfigError, match=message):
-            validation.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+        with pytest.raises(config_error.ConfigError, match=message):
+            validate.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
 
 
 # -- 6. errors without tracebacks ---------------------------------------------------------------
@@ -406,10 +407,10 @@ def test_cli_errors_are_short_and_name_the_problem(tmp_path, override, wanted):
 
 def test_group_additions_and_keys_code_reads_may_still_be_added(tmp_path):
     def compose_with(overrides):
-        with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+        with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
             return compose(config_name="config", overrides=overrides)
 
-    validation.check_override_keys(["+experiment=qwen3_4b_sc_repro", "method=sc", "seed=3"], compose_with)
-    validation.check_override_keys(["+model.initializer_range=0.2", "++trainer.lr=1e-3"], compose_with)
-    with pytest.raises(validation.ConfigError, match=r"\+\+trainer\.lrr=1: trainer\.lrr is not a key"):
-        validation.check_override_keys(["++trainer.lrr=1"], compose_with)
+    config_checks.check_override_keys(["+experiment=qwen3_4b_sc_repro", "method=sc", "seed=3"], compose_with)
+    config_checks.check_override_keys(["+model.initializer_range=0.2", "++trainer.lr=1e-3"], compose_with)
+    with pytest.raises(config_error.ConfigError, match=r"\+\+trainer\.lrr=1: trainer\.lrr is not a key"):
+        config_checks.check_override_keys(["++trainer.lrr=1"], compose_with)

@@ -1,4 +1,4 @@
-"""The scratchpad task (runners/local/scratchpad_task.py) and the per-step diagnostics (runners/local/diagnostics.py)."""
+"""The scratchpad task (runners/tiny/scratchpad_task.py) and the per-step diagnostics (runners/local/diagnostics.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 from omegaconf import OmegaConf
 
 from runners.local.diagnostics import CenteringGradient, shared_context
-from runners.local.scratchpad_task import ScratchpadSumTask, scratchpad
-from runners.local.task import prompt_token_ids
-from runners.local.tasks import build_task
-from runners.local.tokenizer import build_tokenizer
+from runners.tiny.arithmetic_task import prompt_token_ids
+from runners.tiny.scratchpad_task import ScratchpadSumTask, scratchpad
+from runners.tiny.task_by_name import build_task
+from runners.tiny.tokenizer import build_tokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 DATA_CFG = OmegaConf.load(CONF / "data" / "sum_scratchpad.yaml")

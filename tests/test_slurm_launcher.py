@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis.contract import check_run_dir
+from runners.run.contract_check import check_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_PATH = Path(__file__).resolve().parent / "slurm_local"  # holds hydra_plugins/slurm_on_local_executor.py

@@ -20,17 +20,18 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runners import validate as validation
+from runners import validate
+from runners.config import config_checks
 from runners.local.backend import LocalRun
 from runners.local.replay_buffer import Group
 from runners.local.schedule import STALENESS_PREFIX, staleness_histogram, throughput_factor
-from runners.provenance import config_sha256
+from runners.run.provenance import config_sha256
 
 STEPS, SEED = 150, 42
 
 
 def composed(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(validation.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -167,8 +168,8 @@ def test_bad_speed_jitter_names_the_key(tmp_path, value):
     """Rejected before compute as the launcher checks: a wrong type at composition, a range by the schema."""
 
     def checked():
-        cfg = validation.compose_checked(composed, [f"results_root={tmp_path}", f"backend.sampler.speed_jitter={value}"])
-        validation.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+        cfg = config_checks.compose_checked(composed, [f"results_root={tmp_path}", f"backend.sampler.speed_jitter={value}"])
+        validate.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
 
     with pytest.raises(ValueError, match=r"backend\.sampler\.speed_jitter"):
         checked()

@@ -167,7 +167,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
      "the sampler's head cannot hold more ids than there are; allowed: 1 <= method.top_k <= 100"),
     ([REHEARSAL, "method=sc", "method.top_k=39"],
      "method.top_k=39 is larger than the vocabulary of model.path={tmp}/results/.cache/rehearsal/tiny_qwen3 (38 "
-     "tokens, the rehearsal's tiny Qwen3, runners/local/tokenizer.py): the sampler's head cannot hold more ids than "
+     "tokens, the rehearsal's tiny Qwen3, runners/tiny/tokenizer.py): the sampler's head cannot hold more ids than "
      "there are; allowed: 1 <= method.top_k <= 38"),
     ([REFERENCE, "method=sc", "method.top_k=51", "backend.dry_run=true", "model.path=example-org/cached"],
      "method.top_k=51 is larger than the vocabulary of model.path=example-org/cached (50 tokens, {tmp}/hub/"

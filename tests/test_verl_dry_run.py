@@ -30,12 +30,12 @@ import verl  # noqa: F401 - once per process; loads the project's plug-in
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from runners import hydra_override as ho
 from runners import verl_backend, verl_head
-from runners.verl_backend import dry_run, launch, layout, sc_seam
+from runners.config import hydra_override as ho
+from runners.verl_backend import dry_run, launch, run_files, sc_seam
 from runners.verl_backend import overrides as ovr
-from runners.verl_backend import revisions as rev
 from runners.verl_head import correction
+from runners.verl_revisions import config_facts, installed, newer_keys, project_slots, releases
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -198,20 +198,20 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     for side in (ALG_RC, ACT_RC):
         assert got[f"{side}.rollout_is"] == rollout_is
         assert got[f"{side}.rollout_is_threshold"] == threshold
-    project_transport = sc and rev.transport() is rev.PROJECT_TRANSPORT
+    project_transport = sc and installed.transport() is installed.PROJECT_TRANSPORT
     if sc and not project_transport:  # verl's own transport: top-128 head from vLLM, verl's slot on at both ends
         assert got["actor_rollout_ref.rollout.topk_log_probs"] == 128
         assert got[f"{ALG_RC}.score_centering"] is True
         assert got[f"{ACT_RC}.score_centering"] is True
     else:
-        assert not any(k in got for k in rev.BY_KEY)
+        assert not any(k in got for k in newer_keys.BY_KEY)
     project_keys = {"actor_rollout_ref.rollout.agent.agent_loop_manager_class": verl_head.MANAGER_CLASS,
                     f"actor_rollout_ref.rollout.custom.{verl_head.CUSTOM_KEY}": 128,
                     "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs": 128}
     assert {k: got.get(k) for k in project_keys} == (project_keys if project_transport else dict.fromkeys(project_keys))
 
     env_key = "ray_kwargs.ray_init.runtime_env.env_vars."
-    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(layout.AttemptPaths(run_dir, 1).file_logger)
+    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(run_files.AttemptPaths(run_dir, 1).file_logger)
     modules = got[env_key + "VERL_USE_EXTERNAL_MODULES"].split(",")
     sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl_backend.sc_hook"] if sc else []
     assert modules == ["ablations.registry", *sc_modules]
@@ -248,11 +248,11 @@ def test_every_arm_composes_and_validates_against_installed_verl(tmp_path, arm):
     assert verl_cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ARM[arm][0]
     rows = {r["key"]: r for r in report["newer_keys"]}
     transport = report["score_centering_transport"]
-    if arm in SC_ARMS and rev.transport() is rev.PROJECT_TRANSPORT:  # verl 0.9.1: no newer key, nothing to install
+    if arm in SC_ARMS and installed.transport() is installed.PROJECT_TRANSPORT:  # verl 0.9.1: no newer key, nothing to install
         assert transport["name"] == "project" and rows == {} and report["seam_installed"] is False
         assert report["score_centering_support"] is True and report["score_centering_missing"] == []
     elif arm in SC_ARMS:
-        assert transport["name"] == "verl" and set(rows) == set(rev.BY_KEY) and report["seam_installed"] is True
+        assert transport["name"] == "verl" and set(rows) == set(newer_keys.BY_KEY) and report["seam_installed"] is True
         assert all(r["status"] == "native" for r in rows.values())
     else:
         assert rows == {} and transport is None
@@ -274,7 +274,7 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     run_dir = run_dir_of(cfg)
     monkeypatch.setattr(launch, "launch", lambda *a, **k: pytest.fail("a dry run must not launch verl"))
     verl_backend.run(cfg, run_dir)
-    out = layout.dry_run_dir(run_dir)
+    out = run_files.dry_run_dir(run_dir)
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "passed" and report["attempt"] == 1
     spec = launch.build_spec(cfg, run_dir)
@@ -283,10 +283,10 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     script = (out / "launch.sh").read_text()
     assert os.access(out / "launch.sh", os.X_OK)
     assert "exec " in script and "-m verl.trainer.main_ppo" in script
-    sc_module = verl_head.PLUGIN_MODULE if rev.transport() is rev.PROJECT_TRANSPORT else "runners.verl_backend.sc_hook"
+    sc_module = verl_head.PLUGIN_MODULE if installed.transport() is installed.PROJECT_TRANSPORT else "runners.verl_backend.sc_hook"
     assert f"export VERL_USE_EXTERNAL_MODULES=ablations.registry,{sc_module}" in script
     assert OmegaConf.load(out / "verl_config.yaml").trainer.total_training_steps == 500
-    assert not layout.attempts(run_dir), "a dry run must not start an attempt"
+    assert not run_files.attempts(run_dir), "a dry run must not start an attempt"
     # the script's exec line splits (POSIX shell rules) into exactly the launch's argv
     exec_line = script.split("exec ", 1)[1].replace("\\\n", " ")
     assert shlex.split(exec_line) == spec.argv
@@ -303,7 +303,7 @@ def test_the_transports_settings_are_checked(tmp_path):
         return changed
 
     rollout = "actor_rollout_ref.rollout"
-    if rev.transport() is rev.PROJECT_TRANSPORT:  # built here: its keys exist on this transport only
+    if installed.transport() is installed.PROJECT_TRANSPORT:  # built here: its keys exist on this transport only
         project_cases = {  # verl 0.9.1: the project's transport
             f"custom.{verl_head.CUSTOM_KEY} must be an integer >= 1": with_change(
                 f"{rollout}.custom.{verl_head.CUSTOM_KEY}", f"++{rollout}.custom.{verl_head.CUSTOM_KEY}=0"),
@@ -365,8 +365,8 @@ def test_dry_run_checks_the_data_sources_of_existing_files(tmp_path):
 
 def test_newer_key_and_slot_tables_are_documented():
     doc = (REPO / "docs" / "verl_reference.md").read_text()
-    assert rev.markdown_table() in doc and rev.slots_table() in doc
-    assert rev.REQUIRED_COMMIT in doc and rev.INSTALL_COMMAND.split(" && ")[1] in doc
+    assert newer_keys.markdown_table() in doc and project_slots.slots_table() in doc
+    assert releases.REQUIRED_COMMIT in doc and releases.INSTALL_COMMAND.split(" && ")[1] in doc
 
 
 # -- validate(): before any compute -----------------------------------------------------------------
@@ -416,27 +416,27 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
     starts, naming what is missing and both ways to get a verl that carries the head."""
     cfg = project_cfg(tmp_path, method=arm)
     write_data(cfg)
-    if rev.transport() is rev.PROJECT_TRANSPORT:
-        monkeypatch.setattr(rev, "PROJECT_SLOTS", tuple(
-            rev.Slot(s.where, s.what, (lambda: False) if "FullyAsync" in s.where else s.holds) for s in rev.PROJECT_SLOTS))
+    if installed.transport() is installed.PROJECT_TRANSPORT:
+        monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
+            project_slots.Slot(s.where, s.what, (lambda: False) if "FullyAsync" in s.where else s.holds) for s in installed.PROJECT_SLOTS))
         lacking = "FullyAsyncLLMServerClient.generate"
     else:
-        monkeypatch.setattr(rev, "SEAM_NAMES", (*rev.SEAM_NAMES, "a_name_verl_never_had"))
+        monkeypatch.setattr(installed, "SEAM_NAMES", (*installed.SEAM_NAMES, "a_name_verl_never_had"))
         lacking = "a_name_verl_never_had"
-    rev.check.cache_clear()
+    installed.check.cache_clear()
     try:
         for step in (verl_backend.validate, lambda c: verl_backend.run(c, run_dir_of(c))):
             monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("verl was started"))
-            with pytest.raises(rev.ScoreCenteringUnsupported) as err:
+            with pytest.raises(installed.ScoreCenteringUnsupported) as err:
                 step(cfg)
-            assert lacking in str(err.value) and rev.PYPI.install in str(err.value)
-            assert rev.INSTALL_COMMAND in str(err.value)
+            assert lacking in str(err.value) and releases.PYPI.install in str(err.value)
+            assert releases.INSTALL_COMMAND in str(err.value)
     finally:
-        rev.check.cache_clear()
-    assert not layout.attempts(run_dir_of(cfg))
+        installed.check.cache_clear()
+    assert not run_files.attempts(run_dir_of(cfg))
 
 
-@pytest.mark.skipif(rev.transport() is rev.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+@pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
 def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": ovr.SC_HOOK_MODULE}
     proc = subprocess.run(
@@ -447,8 +447,8 @@ def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     # another error on the way
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"{rev.ScoreCenteringUnsupported.__module__}.ScoreCenteringUnsupported: "), last
-    assert rev.REQUIRED_COMMIT in last and "runners.verl_head" in last, last
+    assert last.startswith(f"{installed.ScoreCenteringUnsupported.__module__}.ScoreCenteringUnsupported: "), last
+    assert releases.REQUIRED_COMMIT in last and "runners.verl_head" in last, last
 
 
 # -- a real launch, with a stand-in for verl -------------------------------------------------------
@@ -487,7 +487,7 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
                 verl_backend.run(cfg, run_dir)
         else:
             verl_backend.run(cfg, run_dir)
-        paths = layout.AttemptPaths(run_dir, attempt)
+        paths = run_files.AttemptPaths(run_dir, attempt)
         log_text = paths.log_file.read_text()
         assert "step:3" in log_text
         argv = json.loads(log_text.split("argv ", 1)[1].splitlines()[0])
@@ -495,8 +495,8 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
         assert argv[2:] == launch.build_spec(cfg, run_dir, attempt).argv[3:]
         assert paths.file_logger.exists() and paths.launch_script.exists()
         assert calls[-1] == (run_dir, cfg.run_name, "failed" if status else None)
-    assert layout.attempts(run_dir) == [1, 2]
-    assert all(layout.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
+    assert run_files.attempts(run_dir) == [1, 2]
+    assert all(run_files.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
 
 
 # -- the seam ---------------------------------------------------------------------------------------
@@ -592,26 +592,26 @@ def test_install_routes_verls_loss_to_the_project_processor(actor_config):
 def test_install_refuses_a_changed_seam():
     sc = fake_verl_modules()
     sc.score_centering_ppo_loss = lambda config, **kw: "inlined"  # no longer calls the processor by name
-    with pytest.raises(rev.ScoreCenteringUnsupported, match="seam changed"):
+    with pytest.raises(installed.ScoreCenteringUnsupported, match="seam changed"):
         sc_seam.install(sc)
     del sc.score_centering_logits_processor
-    with pytest.raises(rev.ScoreCenteringUnsupported, match="lacks"):
+    with pytest.raises(installed.ScoreCenteringUnsupported, match="lacks"):
         sc_seam.install(sc)
 
 
-@pytest.mark.skipif(rev.transport() is rev.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+@pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
 def test_install_on_a_verl_without_the_seam_raises_the_clear_error():
-    with pytest.raises(rev.ScoreCenteringUnsupported, match=rev.REQUIRED_COMMIT):
+    with pytest.raises(installed.ScoreCenteringUnsupported, match=releases.REQUIRED_COMMIT):
         sc_seam.install()
 
 
-@pytest.mark.skipif(rev.transport() is not rev.VERL_TRANSPORT,
+@pytest.mark.skipif(installed.transport() is not installed.VERL_TRANSPORT,
                     reason="needs verl's own score-centering transport (commit 8718ca30, optional)")
 def test_install_on_supporting_verl_patches_the_real_seam():
     import importlib
 
     sc_seam.install()
-    module = importlib.import_module(rev.SEAM_MODULE)
+    module = importlib.import_module(newer_keys.SEAM_MODULE)
     assert module.score_centering_logits_processor is sc_seam.project_logits_processor
 
 
@@ -636,7 +636,7 @@ def test_slurm_launcher_config_composes(tmp_path):
 def test_default_threshold_is_verls():
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
 
-    assert RolloutCorrectionConfig().rollout_is_threshold == rev.DEFAULT_IS_THRESHOLD
+    assert RolloutCorrectionConfig().rollout_is_threshold == config_facts.DEFAULT_IS_THRESHOLD
 
 
 def test_loss_agg_mode_is_one_verl_aggregates(tmp_path):

@@ -26,7 +26,7 @@ from runners.verl_head import (
     SEQUENCE_LOG_PROBS,
     TOKEN_IDS,
     TOKEN_LOG_PROBS,
-    layout,
+    head_layout,
 )
 from runners.verl_head.vllm_head import (
     HeadCapturingEngine,
@@ -46,12 +46,12 @@ def head(rows: int, k: int = K, offset: int = 0) -> tuple[np.ndarray, np.ndarray
 
 # -- layout -----------------------------------------------------------------------------------
 def test_bytes_per_token():
-    assert layout.bytes_per_token(128) == 1024  # int32 ids + float32 log-probs
+    assert head_layout.bytes_per_token(128) == 1024  # int32 ids + float32 log-probs
 
 
 def test_sequence_head_puts_response_token_r_at_row_prompt_minus_one_plus_r():
     ids, lps = head(5)
-    seq_ids, seq_lps = layout.sequence_head(ids, lps, prompt_length=4, response_length=4)  # a 5th row: cut
+    seq_ids, seq_lps = head_layout.sequence_head(ids, lps, prompt_length=4, response_length=4)  # a 5th row: cut
     assert seq_ids.shape == (8, K) and seq_lps.dtype == torch.float32
     for r in range(4):
         assert seq_ids[3 + r].tolist() == ids[r].tolist()
@@ -60,16 +60,16 @@ def test_sequence_head_puts_response_token_r_at_row_prompt_minus_one_plus_r():
         assert seq_ids[row].tolist() == list(range(K))
         assert seq_lps[row].exp().sum().item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match="head for 5 tokens but the response has 6"):
-        layout.sequence_head(ids, lps, prompt_length=4, response_length=6)
+        head_layout.sequence_head(ids, lps, prompt_length=4, response_length=6)
 
 
 def test_concatenate_checks_rows_against_tokens():
     a, b = head(2), head(3, offset=100)
-    ids, lps = layout.concatenate([(*a, 2), (*b, 3)], K)
+    ids, lps = head_layout.concatenate([(*a, 2), (*b, 3)], K)
     assert ids.shape == (5, K) and ids[2].tolist() == b[0][0].tolist()
-    assert layout.concatenate([], K)[0].shape == (0, K)
+    assert head_layout.concatenate([], K)[0].shape == (0, K)
     with pytest.raises(ValueError, match="segment 1 of a partial rollout has 3 head rows for 2 tokens"):
-        layout.concatenate([(*a, 2), (*b, 2)], K)
+        head_layout.concatenate([(*a, 2), (*b, 2)], K)
 
 
 def _nested(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -78,18 +78,18 @@ def _nested(parts: list[torch.Tensor]) -> torch.Tensor:
 
 def test_packed_head_lines_up_with_the_tokens_and_pads_only_samples_that_train_on_nothing():
     seqs = [torch.arange(5), torch.arange(3)]
-    heads = [layout.sequence_head(*head(2), 3, 2), layout.sequence_head(*head(1), 2, 1)]
-    ids, lps = layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
+    heads = [head_layout.sequence_head(*head(2), 3, 2), head_layout.sequence_head(*head(1), 2, 1)]
+    ids, lps = head_layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
                                   _nested([torch.ones(2), torch.ones(1)]))
     assert ids.shape == (8, K) and torch.equal(ids[:5], heads[0][0])
     # verl's padding sample for data-parallel balance: a template copied from a real sample (wrong length), mask 0
     seqs.append(torch.arange(7))
     heads.append(heads[0])
-    ids, lps = layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
+    ids, lps = head_layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
                                   _nested([torch.ones(2), torch.ones(1), torch.zeros(1)]))
     assert ids.shape == (15, K) and torch.equal(ids[8:], torch.arange(K, dtype=ids.dtype).expand(7, K))
     with pytest.raises(ValueError, match="sample 2 .* 5 rows for a sequence of 7 tokens"):
-        layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
+        head_layout.packed_head(_nested([h[0] for h in heads]), _nested([h[1] for h in heads]), _nested(seqs),
                            _nested([torch.ones(2), torch.ones(1), torch.ones(1)]))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from runners.verl_backend import layout
+from runners.verl_backend import run_files
 from runners.verl_backend.ingest import IngestError, ingest_run
 from runners.verl_backend.ingest import main as ingest_main
 
@@ -107,7 +107,7 @@ def write_dump(
                 lines.append(json.dumps(entry))
     if drop_last:
         lines = lines[:-1]
-    path = layout.validation_dump_dir(run_dir) / f"{step}.jsonl"
+    path = run_files.validation_dump_dir(run_dir) / f"{step}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
@@ -128,21 +128,21 @@ def make_run(tmp_path: Path, *, attempt2_upto: int = 8) -> Path:
         if s == 4:
             d.update(val_data(0.4))  # overwritten by attempt 2's re-evaluation
         a1.append((s, d))
-    write_log(layout.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
+    write_log(run_files.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
     a2 = [(4, val_data(0.5))]
     for s in range(5, attempt2_upto + 1):
         d = train_data(s, 2, longest=CAP if s == 6 else 10, clip=0.25 if s == 6 else 0.125)
         if s == 8:
             d.update(val_data(1.0))
         a2.append((s, d))
-    write_log(layout.AttemptPaths(run, 2).file_logger, a2)
-    ckpt = layout.checkpoints_dir(run)
+    write_log(run_files.AttemptPaths(run, 2).file_logger, a2)
+    ckpt = run_files.checkpoints_dir(run)
     ckpt.mkdir(parents=True)
     (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
     write_dump(run, 0, {pid: [0, 1] if pid.endswith("0") else [0, 0] for pid in ALL_RIGHT}, SHORT)
     write_dump(run, 4, HALF, HIT_CAP)
     write_dump(run, 8, ALL_RIGHT, SHORT)
-    rollouts = layout.verl_dir(run) / "rollouts"
+    rollouts = run_files.verl_dir(run) / "rollouts"
     rollouts.mkdir(parents=True)
     # step 5: groups u1 (all -1: zero variance) and u2 (mixed) -> 0.5
     (rollouts / "5.jsonl").write_text(
@@ -156,7 +156,7 @@ def make_run(tmp_path: Path, *, attempt2_upto: int = 8) -> Path:
 
 
 def check_contract(run: Path) -> list[str]:
-    from analysis.contract import check_run_dir
+    from runners.run.contract_check import check_run_dir
 
     return check_run_dir(run)
 
@@ -238,7 +238,7 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
     assert check_contract(run) == []
 
     # a third attempt has started but logged nothing: it resumes from the checkpoint marker
-    layout.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    run_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
     metrics = json.loads(ingest_run(run).read_text())
     a1, a2, a3 = metrics["run"]["attempts"]
     assert (a2["status"], a2["end_step"], a2["ended"] is not None) == ("killed", 6, True)
@@ -258,7 +258,7 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
 def test_gap_between_attempts_is_an_error(tmp_path):
     run = make_run(tmp_path)
     a2 = [(s, train_data(s, 2)) for s in range(8, 9)]  # resumes at 7, attempt 1 stopped at 6
-    write_log(layout.AttemptPaths(run, 2).file_logger, a2)
+    write_log(run_files.AttemptPaths(run, 2).file_logger, a2)
     with pytest.raises(
         IngestError, match=r"train steps \[7\] \(1\) are in no attempt's log.*attempt 1.*1\.\.6"
     ):
@@ -268,7 +268,7 @@ def test_gap_between_attempts_is_an_error(tmp_path):
 
 def test_torn_line_in_the_middle_and_missing_enrichment(tmp_path):
     run = make_run(tmp_path)
-    path = layout.AttemptPaths(run, 1).file_logger
+    path = run_files.AttemptPaths(run, 1).file_logger
     lines = path.read_text().splitlines()
     lines.insert(2, '{"step": 2, "da')
     path.write_text("\n".join(lines) + "\n")
@@ -297,7 +297,7 @@ def test_cli_prints_status(tmp_path, capsys):
 
 def test_the_record_says_what_verls_seed_fixes(tmp_path):
     """run.seed_fixes: verl's seed fixes the prompt order (a valid seed pair) but not vLLM's sampling."""
-    from runners.run_contract import PAIRING_STREAM, seed_pairing
+    from runners.run.run_contract import PAIRING_STREAM, seed_pairing
     from runners.verl_backend.ingest import SEED_FIXES
 
     run = make_run(tmp_path)
@@ -311,7 +311,7 @@ def test_the_record_says_what_verls_seed_fixes(tmp_path):
 def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
     """run.seed_fixes of a rehearsal (backend.platform=cpu) names what samples there: the CPU rollout's
     per-replica torch.Generator, not vLLM; the streams (and so seed pairing) are those of a GPU run."""
-    from runners.run_contract import seed_pairing
+    from runners.run.run_contract import seed_pairing
     from runners.verl_backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES
 
     run = make_run(tmp_path)
@@ -336,7 +336,7 @@ def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path)
     assert metrics["run"]["status"] == "stopped" and metrics["run"]["attempts"][-1]["status"] == "stopped"
     assert check_contract(run) == []
     assert json.loads(ingest_run(run).read_text())["run"]["status"] == "stopped"
-    layout.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    run_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
     metrics = json.loads(ingest_run(run).read_text())
     assert metrics["run"]["status"] == "running"
     assert [a["status"] for a in metrics["run"]["attempts"]] == ["killed", "stopped", "running"]
@@ -410,7 +410,7 @@ def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine)
 def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
     """vLLM's CPU engine leaves its IPC socket files in a folder under the temporary folder; the launcher
     removes it once the attempt has ended (the stand-in has none)."""
-    from runners.verl_backend import rehearsal
+    from runners.verl_cpu import rehearsal
 
     monkeypatch.setattr(rehearsal.tempfile, "gettempdir", lambda: str(tmp_path))
     state = tmp_path / "run" / "verl" / "attempt-1" / "cpu"

@@ -4,9 +4,9 @@ Closed-form estimates from the model's shape (:mod:`~runners.capacity.shapes`), 
 (``conf/gpu/``) and the resolved launch config, term by term, so a user reads before renting whether a
 launch fits and what it costs, and a launch that cannot fit is refused before Ray starts:
 
-* :mod:`~runners.capacity.trainer` -- one FSDP2 trainer GPU at its peak (model states, gathered units,
+* :mod:`~runners.capacity.trainer_memory` -- one FSDP2 trainer GPU at its peak (model states, gathered units,
   activations, the logits block and its temporaries, the score-centering head, a reserve);
-* :mod:`~runners.capacity.rollout` -- one vLLM GPU (weights per tensor-parallel rank, KV cache per
+* :mod:`~runners.capacity.rollout_memory` -- one vLLM GPU (weights per tensor-parallel rank, KV cache per
   token, KV capacity, vLLM's own reserve);
 * :mod:`~runners.capacity.timing` -- the time of a step from first principles: the longest response, evaluation
   at its own length, training in verl's FLOP convention, the range of the length assumption;

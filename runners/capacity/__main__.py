@@ -20,7 +20,7 @@ import sys
 from omegaconf import DictConfig
 
 from runners.capacity import launch_checks
-from runners.config_error import ConfigError
+from runners.config.config_error import ConfigError
 
 #: The exit status of a plan that does not fit (distinct from a config error, 2, and from Python's 1).
 DOES_NOT_FIT = 5

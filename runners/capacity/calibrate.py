@@ -32,7 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.capacity import launch_checks
 from runners.capacity.estimate import evaluate, inputs_of
-from runners.config_error import ConfigError
+from runners.config import is_rehearsal
+from runners.config.config_error import ConfigError
 
 TIMINGS = {"step": "timing_s/step", "generation": "timing_s/gen", "training": "timing_s/update_actor",
            "evaluation": "timing_s/testing"}
@@ -89,7 +90,7 @@ def first_steps(run_dir: Path, cap: int, steps: int = 10) -> FirstSteps:
 
 def run_config(run_dir: Path, changes: list[str]) -> DictConfig:
     """The run's resolved ``config.yaml`` with ``key=value`` ``changes``, checked by the schema."""
-    from runners.validate import check_schema
+    from runners.config.config_checks import check_schema
 
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
@@ -172,9 +173,8 @@ def calibrate(run_dir: str | Path, changes: list[str] | None = None, steps: int 
 
 
 def _is_rehearsal(cfg: DictConfig) -> bool:
-    from runners.verl_backend import rehearsal
 
-    return rehearsal.is_rehearsal(cfg)
+    return is_rehearsal(cfg)
 
 
 def _time_summary(t: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 :func:`inputs_of` reads what decides memory, time and disk from the config (the model's shape by
 :func:`runners.capacity.shapes.shape_of`, the GPU from ``gpu``, the assumptions from ``backend.capacity``);
-:func:`evaluate` turns those into the estimate (:mod:`~runners.capacity.trainer`, :mod:`~runners.capacity.rollout`,
+:func:`evaluate` turns those into the estimate (:mod:`~runners.capacity.trainer_memory`, :mod:`~runners.capacity.rollout_memory`,
 :mod:`~runners.capacity.timing`, :mod:`~runners.capacity.disk`): per GPU side its terms, ``fits`` and its
 margin, the requests in flight against the KV cache, the time with the range of the length assumption, the
 disk. The search for fixes is :mod:`~runners.capacity.fixes`; the plan a user reads, :mod:`~runners.capacity.plan`.
@@ -17,10 +17,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runners.capacity import disk, timing
-from runners.capacity import rollout as rollout_mem
-from runners.capacity import trainer as trainer_mem
+from runners.capacity import rollout_memory as rollout_mem
+from runners.capacity import trainer_memory as trainer_mem
 from runners.capacity.shapes import ModelConfigError, ModelShape, shape_of
-from runners.config_error import ConfigError
+from runners.config import is_rehearsal
+from runners.config.config_error import ConfigError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -67,19 +68,12 @@ class Inputs:
 
 
 def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
-    """The trained model's shape: the rehearsal's tiny Qwen3 (its yaml and tokenizer), else ``model.path``'s
+    """The trained model's shape: the rehearsal's tiny Qwen3 (:func:`runners.tiny.model.shape_config`: its yaml and tokenizer), else ``model.path``'s
     config.json (:func:`runners.capacity.shapes.shape_of`); ``ValueError`` naming ``model.path`` when unknown."""
-    from runners.verl_backend import rehearsal
+    if is_rehearsal(cfg):  # the rehearsal trains the tiny model
+        from runners.tiny.model import DEFAULT_MODEL_YAML, shape_config
 
-    if rehearsal.is_rehearsal(cfg):
-        from omegaconf import OmegaConf
-
-        from runners.local.tokenizer import build_tokenizer
-
-        tiny = OmegaConf.load(rehearsal.MODEL_YAML)
-        config = {k: tiny[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                       "num_key_value_heads", "head_dim", "tie_word_embeddings")}
-        return ModelShape.from_config({**config, "vocab_size": len(build_tokenizer())}), str(rehearsal.MODEL_YAML)
+        return ModelShape.from_config(shape_config()), str(DEFAULT_MODEL_YAML)
     try:
         found = shape_of(str(cfg.model.path))
     except ModelConfigError as err:
@@ -95,7 +89,7 @@ def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
 def inputs_of(cfg: DictConfig) -> Inputs:
     """The plan's inputs from a resolved verl-backend config; :class:`ConfigError` naming the key where a
     value cannot be planned with (a number that is not finite, lengths no distribution has)."""
-    from runners.schema import arm_traits
+    from runners.config.schema import arm_traits
 
     for key in ("gpu.memory_bytes", "gpu.memory_bandwidth_bytes_per_s", "gpu.bf16_dense_flops",
                 *(f"backend.capacity.{k}" for k in ("cuda_context_bytes", "trainer_nccl_bytes", "fragmentation",
@@ -155,10 +149,14 @@ def _time_assumptions(cfg: DictConfig) -> timing.TimeAssumptions:
     return ta
 
 
-def _head_bytes(k: int) -> int:
-    from runners.verl_head.layout import bytes_per_token
+#: Bytes of the sampler's head per generated token and head id: an int32 id and its float32 log-prob, the layout
+#: of ``runners/verl_head/head_layout.py`` (``BYTES_PER_TOKEN_PER_ID``), copied so that the plan imports no
+#: backend; tests/test_import_layers.py holds the two equal.
+HEAD_BYTES_PER_ID = 4 + 4
 
-    return bytes_per_token(k)
+
+def _head_bytes(k: int) -> int:
+    return k * HEAD_BYTES_PER_ID
 
 
 # -- the sides ---------------------------------------------------------------------------------

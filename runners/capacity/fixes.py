@@ -15,7 +15,7 @@ The trainer's fixes, in the order they are shown:
   entropy that bypass mode logs as ``actor/entropy`` (its coefficient is 0: the loss is unchanged), so its
   fp32 chunks and their backward go, and flash-attn's cross-entropy runs in place. Allowed for the arms
   without score centering (PG, TIS); an SC arm's head backward reads the logits that in-place backward
-  overwrites, which the launch check (``runners/verl_backend/revisions.py``, ``SC_REQUIRES``:
+  overwrites, which the launch check (``runners/verl_backend/sc_requirements.py``, ``SC_REQUIRES``:
   ``calculate_entropy`` true) and the engine's guard (``runners/verl_head/engine.py``,
   ``check_no_inplace_cross_entropy``) refuse;
 * **model states on the host** (``backend.actor.offload_policy=true``): same experiment, slower;
@@ -41,7 +41,7 @@ from omegaconf import DictConfig
 
 from runners.capacity import launch_checks
 from runners.capacity.estimate import Inputs, evaluate, inputs_of
-from runners.config_error import ConfigError
+from runners.config.config_error import ConfigError
 
 DIFFERENT_EXPERIMENT = "a different experiment, not comparable with the reference"
 

@@ -3,7 +3,7 @@
 :func:`compose` builds a config from command-line overrides as the launcher does (unknown keys refused,
 schema type errors named); :func:`check` runs on it the launcher's checks that concern the GPUs:
 
-1. the schema (``runners.validate.check_schema``: every key's type, allowed values and range; a GPU with
+1. the schema (``runners.config.config_checks.check_schema``: every key's type, allowed values and range; a GPU with
    0 or negative memory, a utilisation above 1, a negative CUDA context are refused here);
 2. the arm (``check_arm``) and the rules across keys every backend shares (``check_rules``);
 3. the verl backend's own checks (``runners.verl_backend.checks.validate``), run as for a dry run: the
@@ -15,7 +15,7 @@ Not run, because they concern this machine and not the GPUs: the trackers (crede
 (writable) and the data files (present); the launcher runs them at launch. The capacity refusal itself is
 the plan's verdict (:func:`runners.capacity.plan.refusal`), not a config error here.
 
-Every failure is a :class:`~runners.config_error.ConfigError` of one line (:func:`one_line`).
+Every failure is a :class:`~runners.config.config_error.ConfigError` of one line (:func:`one_line`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runners.config_error import ConfigError
+from runners.config.config_error import ConfigError
 
 #: True while :func:`check` runs: the verl backend's checks compute the capacity plan themselves (a plan that
 #: cannot be computed is a config error), and that plan must not search fixes, whose checks would plan again.
@@ -68,7 +68,8 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from runners.validate import CONF_DIR, check_override_keys, compose_checked
+    from runners.config import CONF_DIR
+    from runners.config.config_checks import check_override_keys, compose_checked
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
@@ -89,7 +90,7 @@ def check(cfg: DictConfig) -> None:
     """The launcher's checks that concern the GPUs (the module docstring); ConfigError naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from runners.validate import backend_module, check_arm, check_rules, check_schema
+    from runners.config.config_checks import backend_module, check_arm, check_rules, check_schema
 
     if OmegaConf.select(cfg, "backend.name") != "verl":
         raise ConfigError(f"backend={OmegaConf.select(cfg, 'backend.name')}: the capacity plan is of a verl launch "

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runners.config_error import ConfigError
+from runners.config.config_error import ConfigError
 
 #: The sizes a decoder's ``config.json`` must give; ``num_key_value_heads`` and ``head_dim`` may be absent.
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")

@@ -32,20 +32,20 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners.config_error import ConfigError
+from runners.config.config_error import ConfigError
 from runners.local.checkpoint import load_latest, save_checkpoint
 from runners.local.evaluate import eval_sampler_config, evaluate, val_file
 from runners.local.parallel import check_parallel_threads, threads_warning
 from runners.local.replay_buffer import Group, ReplayBuffer
 from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
-from runners.local.task import prompt_token_ids
-from runners.local.tasks import build_task
 from runners.local.trackers import RunTracker
 from runners.local.trainer import PolicyTrainer, make_batch
-from runners.provenance import versions
-from runners.run_contract import seed_fixes_record
-from runners.run_record import RunRecord
+from runners.run.provenance import versions
+from runners.run.run_contract import seed_fixes_record
+from runners.run.run_record import RunRecord
+from runners.tiny.arithmetic_task import prompt_token_ids
+from runners.tiny.task_by_name import build_task
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,13 @@ def validate(cfg: DictConfig) -> None:
     if cfg.backend.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
     task = build_task(cfg.data)  # validates the data group
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.tokenizer import build_tokenizer
 
-    vocab_size = len(build_tokenizer())  # the model's vocabulary (runners/local/model.py builds it so)
+    vocab_size = len(build_tokenizer())  # the model's vocabulary (runners/tiny/model.py builds it so)
     if cfg.method.top_k > vocab_size:
         raise ConfigError(
             f"method.top_k={cfg.method.top_k} is larger than the vocabulary of model={cfg.model.name} "
-            f"({vocab_size} tokens, runners/local/tokenizer.py): the sampler's head cannot hold more ids than "
+            f"({vocab_size} tokens, runners/tiny/tokenizer.py): the sampler's head cannot hold more ids than "
             f"there are; allowed: 1 <= method.top_k <= {vocab_size}"
         )
     prompt_tokens = task.max_prompt_tokens(build_tokenizer())

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from runners.run_record import atomic_write
+from runners.run.run_record import atomic_write
 
 _NAME = re.compile(r"^step_(\d{6})\.pt$")
 

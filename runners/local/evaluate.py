@@ -19,7 +19,7 @@ training stream and a resumed run evaluates a step exactly as an uninterrupted o
 ``eval.repeats`` = R >= 1 (default 1): the same checkpoint is evaluated R times. Repeat 0 is
 ``val/step_NNNNNN.jsonl`` with the stream above (so R = 1 is the run without repeats, byte for
 byte) and alone feeds ``metrics.json``; repeat r >= 1 is ``val/repeat_RR/step_NNNNNN.jsonl``
-(run contract, :mod:`runners.run_contract`) with a stream seeded by ``SeedSequence([seed, step, r])``.
+(run contract, :mod:`runners.run.run_contract`) with a stream seeded by ``SeedSequence([seed, step, r])``.
 The analysis turns the repeats into a test-retest band (``analysis.tables.retest_table``).
 """
 
@@ -32,9 +32,9 @@ import torch
 from omegaconf import DictConfig
 
 from runners.local.sampler import Sampler, clean_sampler_config
-from runners.local.task import SeededTask, prompt_token_ids
-from runners.run_contract import sample_line, val_metrics, val_path
-from runners.run_record import atomic_write_text
+from runners.run.run_contract import sample_line, val_metrics, val_path
+from runners.run.run_record import atomic_write_text
+from runners.tiny.arithmetic_task import SeededTask, prompt_token_ids
 
 #: ``val/step_NNNNNN.jsonl`` (repeat 0) or ``val/repeat_RR/step_NNNNNN.jsonl`` (repeat r >= 1).
 val_file = val_path

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from runners.local.sampler import Rollout
-from runners.local.task import Problem
+from runners.tiny.arithmetic_task import Problem
 
 
 @dataclass

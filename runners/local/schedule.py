@@ -11,7 +11,7 @@ staleness from 0 to the threshold, not a constant.
 
 **The model of it here.** Per trainer step the sampler finishes ``X x speed x prompts_per_step``
 groups (:func:`throughput_factor`), where ``X`` is lognormal with mean 1 and coefficient of
-variation ``backend.sampler.speed_jitter`` (in [0, 10], checked by ``runners.schema``), drawn from
+variation ``backend.sampler.speed_jitter`` (in [0, 10], checked by ``runners.config.schema``), drawn from
 its own seeded stream (the run's other random streams are untouched, and a resumed run replays it
 from the checkpoint). The production
 gate and the wait are the backend's (``LocalRun.next_batch``): the sampler stops when the buffer

@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from runners.config_error import ConfigError
+from runners.config.config_error import ConfigError
 
 TENSORBOARD_SUBDIR = "tensorboard"
 #: The package each tracker needs (trackers not listed need nothing beyond verl).

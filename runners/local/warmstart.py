@@ -40,10 +40,10 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from runners.local.generate import left_pad, position_ids_from_mask, sample
-from runners.local.model import build_model
-from runners.local.task import Problem, SeededTask, prompt_token_ids, response_text
-from runners.local.tasks import build_task
-from runners.local.tokenizer import build_tokenizer
+from runners.tiny.arithmetic_task import Problem, SeededTask, prompt_token_ids, response_text
+from runners.tiny.model import build_model
+from runners.tiny.task_by_name import build_task
+from runners.tiny.tokenizer import build_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ def _main() -> None:
     parser.add_argument("--data", default="synthetic_arith", help="conf/data/NAME.yaml")
     parser.add_argument("--ship", action="store_true",
                         help="train the chosen config afresh and write its shipped base model "
-                             "(runners/local/assets/<model>_base/, see runners/local/base_model.py)")
+                             "(runners/tiny/assets/<model>_base/, see runners/tiny/base_model.py)")
     parser.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. model.warmstart.steps=300")
     args = parser.parse_args()
     if args.ship and args.overrides:
@@ -318,7 +318,7 @@ def _main() -> None:
         composed = compose("config", overrides=[f"model={args.model}", f"data={args.data}", *args.overrides])
     cfg = OmegaConf.create({"model": composed.model, "data": composed.data})
     if args.ship:
-        from runners.local import base_model
+        from runners.tiny import base_model
 
         trained, stats = train_warm_start(cfg)
         asset_dir = base_model.asset_dir_for(cfg)

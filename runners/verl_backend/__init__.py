@@ -10,11 +10,13 @@ Two entry points, called by ``runners/launch.py``:
   otherwise launch ``python -m verl.trainer.main_ppo`` and follow it (progress, log file, metrics
   ingestion).
 
-Modules: ``revisions`` (the facts about each supported verl revision), ``overrides`` (config ->
-verl overrides, pure), ``sc_seam``/``sc_hook`` (the project's correction in verl's slot),
-``dry_run``, ``launch``, ``layout``, ``checks`` (validate), ``ingest`` (verl's logs -> the run
-record), ``checkpoints``, ``rehearsal`` (``backend.platform=cpu``: the CPU swaps and the assets;
-the stand-ins themselves are in :mod:`runners.verl_cpu`). Importing this package does not import verl.
+Modules: ``overrides`` (config -> verl overrides, pure), ``sc_requirements`` (what an SC arm needs of
+verl's config), ``sc_seam``/``sc_hook`` (the project's correction in verl's slot), ``dry_run``,
+``launch`` (with ``child_process``: following verl into its log, stopping its process group),
+``run_files`` (where a verl run keeps its files), ``checks`` (validate), ``ingest`` (verl's logs -> the
+run record), ``resume_point``, ``checkpoints`` (retention and export, with ``export_check``). The facts
+about each verl revision are :mod:`runners.verl_revisions`; the rehearsal (``backend.platform=cpu``: the
+CPU swaps, the assets and the stand-ins) is :mod:`runners.verl_cpu`. Importing this package does not import verl.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+from runners.config import is_rehearsal
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +46,9 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    from runners.verl_backend import rehearsal
+    from runners.verl_cpu import rehearsal
 
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         rehearsal.prepare_assets(cfg)
     if cfg.backend.dry_run:
         from runners.verl_backend.dry_run import dry_run
@@ -64,7 +68,7 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
                      "%.0f s per step, %.0f GPU-hours per arm; see %s", cfg.run_name, cap["gpu"],
                      cap["trainer_total_bytes"] / 1e9, cap["rollout_total_bytes"] / 1e9, cap["gpu_bytes"] / 1e9,
                      "fits" if cap["fits"] else "DOES NOT FIT", cap["step_seconds"], cap["gpu_hours_per_arm"], cap["file"])
-            if cap["refusal"] and not rehearsal.is_rehearsal(cfg):
+            if cap["refusal"] and not is_rehearsal(cfg):
                 log.warning("a launch would be refused: %s", cap["refusal"])
         for note in report.get("notes", []):
             log.info("note: %s", note)
@@ -87,7 +91,7 @@ def finished(run_dir: Path, total_steps: int) -> bool:
     have already found the same config): the same command then starts no verl attempt (docs/resuming.md)."""
     import json
 
-    from runners.run_contract import METRICS_FILE
+    from runners.run.run_contract import METRICS_FILE
 
     try:
         run = json.loads((Path(run_dir) / METRICS_FILE).read_text(encoding="utf-8"))["run"]

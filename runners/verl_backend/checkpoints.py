@@ -9,14 +9,14 @@ verl 0.9.1 (FSDP) writes, under ``trainer.default_local_dir`` (``<run>/checkpoin
     latest_checkpointed_iteration.txt                     the step ``resume_mode=auto`` resumes from
 
 Retention (:func:`plan_retention`, :func:`apply_retention`) keeps the latest ``N`` checkpoints,
-the best ``M`` by :func:`runners.checkpoint_selection.eval_average` of ``metrics.json`` (analysis's rule for
+the best ``M`` by :func:`runners.run.checkpoint_selection.eval_average` of ``metrics.json`` (analysis's rule for
 ``best``) and always the resume point. **"Best" is selected on the AIME test sets themselves: an
 optimistic, test-set selection**, and every plan and export says so. verl's own rotation must be
 off (``trainer.max_actor_ckpt_to_keep=null``) or it deletes best checkpoints first.
 
 Export (:func:`export_checkpoint`) runs verl's merger (BF16 HF safetensors plus config and
 tokenizer, no optimizer state) into a temporary folder, verifies it
-(:func:`runners.export_check.verify_export`: ``verification.json``) and moves it to ``<run>/export``::
+(:func:`runners.verl_backend.export_check.verify_export`: ``verification.json``) and moves it to ``<run>/export``::
 
     python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <out>
 
@@ -39,12 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.checkpoint_selection import TEST_SET_SELECTION, best_steps, eval_average
-from runners.child_process import run_logged
-from runners.export_check import VERIFICATION_FILE, ExportError, verify_export
-from runners.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
-from runners.run_record import atomic_write_text, utc_now
-from runners.verl_backend import layout
+from runners.run.checkpoint_selection import TEST_SET_SELECTION, best_steps, eval_average
+from runners.run.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
+from runners.run.run_record import atomic_write_text, utc_now
+from runners.verl_backend import run_files
+from runners.verl_backend.child_process import run_logged
+from runners.verl_backend.export_check import VERIFICATION_FILE, ExportError, verify_export
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 MERGER_LOG = "model_merger.log"
@@ -71,7 +71,7 @@ def _load_metrics(run_dir: Path) -> dict[str, Any]:
 
 
 def _best(run_dir: Path, m: int, steps: list[int]) -> tuple[list[int], dict[int, dict[str, Any]]]:
-    """The ``m`` best of ``steps`` by eval average (runners.checkpoint_selection's rule), and the averages."""
+    """The ``m`` best of ``steps`` by eval average (runners.run.checkpoint_selection's rule), and the averages."""
     averages = eval_average(_load_metrics(run_dir))
     return best_steps({s: a["avg"] for s, a in averages.items()}, m, steps), averages
 
@@ -97,7 +97,7 @@ def plan_retention(run_dir: Path, keep_latest: int, keep_best: int, *, ckpt_dir:
     """Which checkpoints to keep (with the reasons) and which to delete; deletes nothing."""
     if keep_latest < 1 or keep_best < 0:
         raise CheckpointError(f"keep_latest must be >= 1 and keep_best >= 0, got {keep_latest}, {keep_best}")
-    ckpt_dir = Path(ckpt_dir) if ckpt_dir else layout.checkpoints_dir(run_dir)
+    ckpt_dir = Path(ckpt_dir) if ckpt_dir else run_files.checkpoints_dir(run_dir)
     steps = list(list_checkpoints(ckpt_dir))
     plan = RetentionPlan(ckpt_dir=str(ckpt_dir), keep_latest=keep_latest, keep_best=keep_best)
     for s in steps[-keep_latest:]:
@@ -107,7 +107,7 @@ def plan_retention(run_dir: Path, keep_latest: int, keep_best: int, *, ckpt_dir:
         for rank, s in enumerate(best, start=1):
             plan.keep.setdefault(s, []).append(f"best #{rank} by eval average (test-set selection)")
             plan.best.append({"rank": rank, "step": s, **averages[s]})
-    resume = layout.resume_step(ckpt_dir)
+    resume = run_files.resume_step(ckpt_dir)
     if resume in steps:
         plan.keep.setdefault(resume, []).append("resume point (latest_checkpointed_iteration.txt)")
     plan.delete = [s for s in steps if s not in plan.keep]
@@ -168,7 +168,7 @@ def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path 
     ``load_check`` is ``auto`` (GPU if available, else skipped), ``cpu`` or ``skip``.
     """
     run_dir = Path(run_dir).resolve()
-    ckpt_dir = Path(ckpt_dir) if ckpt_dir else layout.checkpoints_dir(run_dir)
+    ckpt_dir = Path(ckpt_dir) if ckpt_dir else run_files.checkpoints_dir(run_dir)
     s, selection = resolve_step(run_dir, step, ckpt_dir)
     actor = ckpt_dir / f"global_step_{s}" / "actor"
     out_dir = Path(out_dir) if out_dir else run_dir / EXPORT_DIR
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.command == "list":
-            ckpt_dir = layout.checkpoints_dir(args.run_dir)
+            ckpt_dir = run_files.checkpoints_dir(args.run_dir)
             metrics_file = Path(args.run_dir) / METRICS_FILE
             averages = eval_average(_load_metrics(args.run_dir)) if metrics_file.is_file() else {}
             for s, path in list_checkpoints(ckpt_dir).items():

@@ -1,13 +1,13 @@
 """``validate(cfg)``: reject a verl-backend config that cannot work, before anything starts.
 
-Every error is a :class:`~runners.config_error.ConfigError` (a ``ValueError``) naming the key and what it
+Every error is a :class:`~runners.config.config_error.ConfigError` (a ``ValueError``) naming the key and what it
 allows; the launcher prints it as ``config error: <key> ...`` and exits with status 2. ``runners.validate`` has run
 first (the schema, the arm, the rules every backend shares); the checks that need verl's composed
 config run in the dry run. These are the verl backend's own rules across keys: what
 ``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
-keys the project sets (:data:`~runners.verl_backend.revisions.SC_REQUIRES`, for the arm's head
+keys the project sets (:data:`~runners.verl_backend.sc_requirements.SC_REQUIRES`, for the arm's head
 transport), that the installed verl can carry an SC arm's head on a real launch (the error names what
-it lacks), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_backend.rehearsal.check`),
+it lacks), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_cpu.rehearsal.check`),
 and that a GPU launch fits its GPUs (:func:`check_capacity`, the capacity plan of :mod:`runners.capacity`;
 a dry run's plan is computed here too, so a plan that cannot be computed is a config error before the dry
 run writes or moves anything).
@@ -32,12 +32,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from runners.config_error import ConfigError
-from runners.hydra_override import parse
+from runners.config import is_rehearsal
+from runners.config.config_error import ConfigError
+from runners.config.hydra_override import parse
 from runners.verl_backend import overrides as ovr
-from runners.verl_backend import rehearsal
-from runners.verl_backend import revisions as rev
+from runners.verl_backend import sc_requirements
 from runners.verl_backend.vocabulary import check_top_k
+from runners.verl_cpu import rehearsal
+from runners.verl_revisions import config_facts, installed
 
 _MISSING = object()
 log = logging.getLogger(__name__)
@@ -81,10 +83,10 @@ def _check_launch(cfg: DictConfig) -> None:
         _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
         _fail("backend.logger", loggers, "a list that contains 'file' (metrics ingestion reads it)")
-    transport = rev.transport().name
-    for req in (r for r in rev.SC_REQUIRES if ovr.is_score_centering(cfg) and r.project and r.applies(transport)):
+    transport = installed.transport().name
+    for req in (r for r in sc_requirements.SC_REQUIRES if ovr.is_score_centering(cfg) and r.project and r.applies(transport)):
         if not req.allows(value := _value(cfg, req.project)):
-            _fail(req.project, value, f"{rev.as_text(req.want)} for score centering ({req.why})")
+            _fail(req.project, value, f"{sc_requirements.as_text(req.want)} for score centering ({req.why})")
 
 
 def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
@@ -99,7 +101,7 @@ def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
         _fail("data.eval_sets[].name", names, "distinct lowercase names (equal names merge their metrics)")
     if len(set(files := [str(s.file) for s in sets])) != len(files):
         _fail("data.eval_sets[].file", files, "one file per evaluation set")
-    if dry_run or rehearsal.is_rehearsal(cfg):  # the rehearsal writes its data before the launch
+    if dry_run or is_rehearsal(cfg):  # the rehearsal writes its data before the launch
         return
     train, evals = ovr.data_files(cfg)
     if missing := [str(p) for p in [train, *evals] if not Path(p).exists()]:
@@ -117,13 +119,13 @@ def validate(cfg: DictConfig) -> None:
     check_model_parallelism(cfg, extra)
     check_capacity(cfg)  # before the data: no point preparing data for GPUs the launch cannot fit
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         rehearsal.check(cfg)
     if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:
-        rev.require(f"method={cfg.method.name} (score centering)")
+        installed.require(f"method={cfg.method.name} (score centering)")
 
 
-MAX_LOGPROBS = f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
+MAX_LOGPROBS = f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
 SEQUENCE_PARALLEL = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 
@@ -165,7 +167,7 @@ def known_shape(cfg: DictConfig) -> tuple[Any, str] | None:
     from runners.capacity.plan import model_shape
     from runners.capacity.shapes import shape_of
 
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         return model_shape(cfg)
     try:
         return shape_of(str(_value(cfg, "model.path")))
@@ -217,7 +219,7 @@ def check_capacity(cfg: DictConfig) -> None:
     the knobs; with ``backend.capacity.enforce=false`` warn instead. The dry run writes the plan instead of
     refusing (``capacity.md``), but the plan must be computable (:func:`check_plan`) before the dry run
     writes or moves anything; the CPU rehearsal has no GPU to fit."""
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         return
     if cfg.backend.dry_run:
         check_plan(cfg)
@@ -245,7 +247,7 @@ def check_capacity(cfg: DictConfig) -> None:
 
 def check_plan(cfg: DictConfig) -> None:
     """Compute a dry run's capacity plan during validation, before the dry run writes or moves anything: a plan
-    that cannot be computed is a :class:`~runners.config_error.ConfigError`. A model whose shape is unknown (no
+    that cannot be computed is a :class:`~runners.config.config_error.ConfigError`. A model whose shape is unknown (no
     config.json before verl downloads it) is no error: the dry run writes "Capacity plan: none" with the reason
     (:func:`runners.verl_backend.dry_run.capacity_summary`)."""
     from runners.capacity import plan as capacity

@@ -4,9 +4,9 @@ What is written into ``<run_dir>/verl/dry_run/`` and checked: docs/verl_referenc
 run checks". The check runs in a fresh Python process with the launch's own environment, so verl
 is imported exactly as the real driver imports it (the project's losses register; on a verl with
 score-centering support the seam installs). Keys that exist only in newer verl
-(:data:`~runners.verl_backend.revisions.NEWER_KEYS`) are kept out of the composition where the
+(:data:`~runners.verl_revisions.newer_keys.NEWER_KEYS`) are kept out of the composition where the
 installed verl lacks them and checked against the table, and a score-centering setting against
-the rules newer verl enforces (:data:`~runners.verl_backend.revisions.SC_REQUIRES`). No Ray, no GPU.
+the rules newer verl enforces (:data:`~runners.verl_backend.sc_requirements.SC_REQUIRES`). No Ray, no GPU.
 
 ``python -m runners.verl_backend.dry_run <request.json>`` is that checking process.
 """
@@ -24,12 +24,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runners import verl_head
-from runners.config_error import ConfigError
-from runners.hydra_override import compose_dir_offline, compose_offline, parse
-from runners.validate import CONF_DIR
-from runners.verl_backend import launch, layout, rehearsal
+from runners.config import CONF_DIR, is_rehearsal
+from runners.config.config_error import ConfigError
+from runners.config.hydra_override import compose_dir_offline, compose_offline, parse
+from runners.verl_backend import launch, run_files, sc_requirements
 from runners.verl_backend import overrides as ovr
-from runners.verl_backend import revisions as rev
+from runners.verl_cpu import rehearsal
+from runners.verl_revisions import config_facts, installed, newer_keys
 
 REPORT = "report.json"
 
@@ -101,7 +102,7 @@ def split(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
     deferred: dict[str, Any] = {}
     for item in overrides:
         key, value, _ = parse(item)
-        if key in rev.BY_KEY and not rev.known(rev.BY_KEY[key]):
+        if key in newer_keys.BY_KEY and not newer_keys.known(newer_keys.BY_KEY[key]):
             deferred[key] = value
         else:
             native.append(item)
@@ -118,48 +119,48 @@ def with_deferred(cfg: DictConfig, deferred: dict[str, Any]) -> DictConfig:
 
 
 def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str]:
-    """What the arm's head transport (``transport``: a :class:`~runners.verl_backend.revisions.Transport`
+    """What the arm's head transport (``transport``: a :class:`~runners.verl_revisions.installed.Transport`
     name, None for an arm without score centering) would reject in this setting; verl's own score-centering
     keys set without it are a problem too."""
     get = lambda key, absent=None: OmegaConf.select(cfg, key, default=absent)  # noqa: E731
-    on = [bool(get(key, False)) for key in (rev.DRIVER_SC_KEY, rev.ACTOR_SC_KEY)]
+    on = [bool(get(key, False)) for key in (newer_keys.DRIVER_SC_KEY, newer_keys.ACTOR_SC_KEY)]
     if transport is None:
-        return [f"verl's score centering is switched on ({rev.DRIVER_SC_KEY}) for an arm without it"] if any(on) else []
+        return [f"verl's score centering is switched on ({newer_keys.DRIVER_SC_KEY}) for an arm without it"] if any(on) else []
     problems: list[str] = []
-    if transport == rev.VERL_TRANSPORT.name:
+    if transport == installed.VERL_TRANSPORT.name:
         if not all(on):
-            problems.append(f"score centering must be on in both {rev.DRIVER_SC_KEY} and {rev.ACTOR_SC_KEY}")
-        topk = get(rev.TOPK_KEY, 0)
-        if not rev.BY_KEY[rev.TOPK_KEY].value_ok(topk):
-            problems.append(f"{rev.TOPK_KEY} must be an integer >= 1, got {topk!r}")
+            problems.append(f"score centering must be on in both {newer_keys.DRIVER_SC_KEY} and {newer_keys.ACTOR_SC_KEY}")
+        topk = get(newer_keys.TOPK_KEY, 0)
+        if not newer_keys.BY_KEY[newer_keys.TOPK_KEY].value_ok(topk):
+            problems.append(f"{newer_keys.TOPK_KEY} must be an integer >= 1, got {topk!r}")
     else:
         if any(on):
-            problems.append(f"{rev.DRIVER_SC_KEY} belongs to verl's own head transport, not the project's")
-        topk_key = f"{rev.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}"
+            problems.append(f"{newer_keys.DRIVER_SC_KEY} belongs to verl's own head transport, not the project's")
+        topk_key = f"{config_facts.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}"
         topk = get(topk_key, 0)
         if not (isinstance(topk, int) and topk >= 1):
             problems.append(f"{topk_key} must be an integer >= 1 (method.top_k), got {topk!r}")
-        elif not (isinstance(cap := get(f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs", 20), int) and cap >= topk):
-            problems.append(f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs={cap!r} is below the head size {topk}: "
+        elif not (isinstance(cap := get(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs", 20), int) and cap >= topk):
+            problems.append(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs={cap!r} is below the head size {topk}: "
                             "vLLM refuses the request")
-    for req in (r for r in rev.SC_REQUIRES if r.applies(transport)):
+    for req in (r for r in sc_requirements.SC_REQUIRES if r.applies(transport)):
         if not req.allows(got := get(req.key, req.absent)):
             problems.append(f"score centering needs {req.key} {req.wanted()}, got {got!r} ({req.why})")
-    for name in rev.SC_SIDES_AGREE:  # compared as written: a key set on one side only is a mismatch
-        a, b = get(f"{rev.ACTOR_RC}.{name}"), get(f"{rev.DRIVER_RC}.{name}")
+    for name in sc_requirements.SC_SIDES_AGREE:  # compared as written: a key set on one side only is a mismatch
+        a, b = get(f"{config_facts.ACTOR_RC}.{name}"), get(f"{config_facts.DRIVER_RC}.{name}")
         if a != b:
-            problems.append(f"score centering requires {rev.ACTOR_RC}.{name} ({a!r}) to match {rev.DRIVER_RC}.{name} ({b!r})")
-    if get(f"{rev.DRIVER_RC}.rollout_is") == "token":
-        threshold = get(f"{rev.DRIVER_RC}.rollout_is_threshold", rev.DEFAULT_IS_THRESHOLD)
+            problems.append(f"score centering requires {config_facts.ACTOR_RC}.{name} ({a!r}) to match {config_facts.DRIVER_RC}.{name} ({b!r})")
+    if get(f"{config_facts.DRIVER_RC}.rollout_is") == "token":
+        threshold = get(f"{config_facts.DRIVER_RC}.rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD)
         try:
             ok = float(threshold) > 0
         except (TypeError, ValueError):
             ok = False
         if not ok:
             problems.append(f"the project's SC+TIS correction needs a single TIS cap > 0 in "
-                            f"{rev.DRIVER_RC}.rollout_is_threshold, got {threshold!r}")
+                            f"{config_facts.DRIVER_RC}.rollout_is_threshold, got {threshold!r}")
     loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")
-    if loss_mode != "bypass_mode" and not rev.loss_takes_sc_correction(str(loss_mode)):
+    if loss_mode != "bypass_mode" and not sc_requirements.loss_takes_sc_correction(str(loss_mode)):
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss "
                         "that takes sc_correction")
     return problems
@@ -172,7 +173,7 @@ def head_transport_problems(cfg: DictConfig) -> list[str]:
     from verl.workers.engine.base import EngineRegistry
 
     problems = []
-    fqn = OmegaConf.select(cfg, f"{rev.ROLLOUT}.agent.agent_loop_manager_class")
+    fqn = OmegaConf.select(cfg, f"{config_facts.ROLLOUT}.agent.agent_loop_manager_class")
     try:
         load_class_from_fqn(fqn, "AgentLoopManager")
     except Exception as err:  # noqa: BLE001 - any failure to load it is a finding
@@ -199,7 +200,7 @@ def newer_key_rows(overrides: list[str], deferred: dict[str, Any]) -> tuple[list
     rows, problems = [], []
     for item in overrides:
         key, value, _ = parse(item)
-        entry = rev.BY_KEY.get(key)
+        entry = newer_keys.BY_KEY.get(key)
         if entry is None:
             continue
         if not entry.value_ok(value):
@@ -229,7 +230,7 @@ def loss_call_problems(cfg: DictConfig, view: DictConfig, project_transport: boo
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     actor.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=1, loss_scale_factor=None)
     log_prob = torch.zeros(1, 3, requires_grad=True)
-    kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, rev.ACTOR_SC_KEY) else {}
+    kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, newer_keys.ACTOR_SC_KEY) else {}
     supplied = supplying_correction(torch.zeros(1, 3)) if project_transport else contextlib.nullcontext()
     try:
         with supplied:
@@ -259,9 +260,9 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
 
     from runners.verl_backend import sc_seam
 
-    support = rev.check()
+    support = installed.check()
     notes: list[str] = []
-    verls_own = support.transport == rev.VERL_TRANSPORT.name
+    verls_own = support.transport == installed.VERL_TRANSPORT.name
     if score_centering and support.ok:  # what a real launch's `import verl` does in every process
         importlib.import_module(ovr.SC_HOOK_MODULE if verls_own else verl_head.PLUGIN_MODULE)
     elif score_centering:
@@ -297,7 +298,7 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
     notes += data_notes
     if problems:
         raise ValueError("dry run against the installed verl failed:\n  - " + "\n  - ".join(problems))
-    transport = next(t for t in (rev.VERL_TRANSPORT, rev.PROJECT_TRANSPORT) if t.name == support.transport)
+    transport = next(t for t in (installed.VERL_TRANSPORT, installed.PROJECT_TRANSPORT) if t.name == support.transport)
     return {"status": "passed", "verl_version": support.verl_version, "score_centering_support": support.ok,
             "score_centering_missing": list(support.missing),
             "score_centering_transport": {"name": transport.name, "summary": transport.summary} if score_centering else None,
@@ -305,7 +306,7 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             "composed_overrides": len(native), "newer_keys": newer, "notes": notes, "verl_config": OmegaConf.to_yaml(cfg)}
 
 
-def reference_difference(cfg: DictConfig, paths: layout.AttemptPaths) -> dict[str, Any]:
+def reference_difference(cfg: DictConfig, paths: run_files.AttemptPaths) -> dict[str, Any]:
     """The named swaps and the key-by-key difference between this rehearsal's launch and the
     reference experiment's launch of the same arm and seed (into the same run folder)."""
     reference = compose_dir_offline(CONF_DIR, "config", [
@@ -346,7 +347,7 @@ def failure_line(reason: str, log_file: Path) -> str:
 def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Write the launch files and check them against the installed verl; return the report."""
     spec = launch.build_spec(cfg, run_dir)
-    out = layout.dry_run_dir(run_dir)
+    out = run_files.dry_run_dir(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(spec.command_line() + "\n")
     (out / "overrides.txt").write_text("\n".join(spec.overrides) + "\n")
@@ -367,7 +368,7 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise ConfigError(failure_line(reason, out / "check.log"))
     report = json.loads((out / REPORT).read_text())
     report.update(command=spec.command_line(), attempt=spec.paths.attempt, capacity=capacity_summary(cfg, out))
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         report["rehearsal"] = reference_difference(cfg, spec.paths)
         (out / "rehearsal_difference.txt").write_text(rehearsal.difference_text(report["rehearsal"]))
     (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")

@@ -1,6 +1,6 @@
 """verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (docs/run_contract.md).
 
-Inputs (paths from :mod:`runners.verl_backend.layout`; the launcher sets the verl keys): the run's
+Inputs (paths from :mod:`runners.verl_backend.run_files`; the launcher sets the verl keys): the run's
 ``config.yaml``; each attempt's ``verl/attempt-NNN/metrics.jsonl`` (verl's ``file`` logger);
 ``verl/validation/<step>.jsonl`` (verl's validation dump); the optional train rollout dump
 ``verl/rollouts/<step>.jsonl``; and ``checkpoints/latest_checkpointed_iteration.txt`` (the resume
@@ -26,7 +26,7 @@ attempt still marked running is ``killed``. ``run.status``: the ``status`` argum
 when an earlier call closed the record at the same step, else ``finished`` once
 ``trainer.total_steps`` steps are logged, else ``running``.
 
-Train metrics (``runners.run_contract``): every numeric verl metric is kept under its own name;
+Train metrics (``runners.run.run_contract``): every numeric verl metric is kept under its own name;
 verl 0.9.1 logs every contract metric under its name except these four, derived here:
 
 * ``actor/entropy``: verl's ``actor/entropy`` (log-prob pass), else ``actor/entropy_loss``
@@ -71,10 +71,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from runners import run_contract as rc
-from runners.provenance import config_sha256, versions
-from runners.run_record import RunRecord, write_text_if_changed
-from runners.verl_backend import layout
+from runners.run import run_contract as rc
+from runners.run.provenance import config_sha256, versions
+from runners.run.run_record import RunRecord, write_text_if_changed
+from runners.verl_backend import run_files
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class RunSpec:
     total_steps: int
     response_cap: int
     eval_n: int | None = None
-    tis: bool = False  # the arm's traits, from its method config (runners.schema.arm_traits)
+    tis: bool = False  # the arm's traits, from its method config (runners.config.schema.arm_traits)
     sc: bool = False
 
     @classmethod
@@ -264,7 +264,7 @@ def read_attempt(number: int, path: Path) -> AttemptLog:
 
 def read_attempts(run_dir: Path) -> list[AttemptLog]:
     """Every attempt's file-logger lines, in attempt order."""
-    return [read_attempt(n, layout.AttemptPaths(run_dir, n).file_logger) for n in layout.attempts(run_dir)]
+    return [read_attempt(n, run_files.AttemptPaths(run_dir, n).file_logger) for n in run_files.attempts(run_dir)]
 
 
 def merged_rows(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
@@ -458,7 +458,7 @@ def build_attempts(run_dir: Path, logs: list[AttemptLog], previous: list[dict], 
         where = a.path if a.path.exists() else a.path.parent
         start = a.resume_step
         if start is None:
-            resume = layout.resume_step(layout.checkpoints_dir(run_dir))
+            resume = run_files.resume_step(run_files.checkpoints_dir(run_dir))
             start = prev.get("start_step", last if resume is None else min(resume, last))
         reached = max(a.train) if a.train else None
         if is_last:
@@ -509,14 +509,14 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
         previous = None
     run_status = _status(status, previous, len(logs), last, spec.total_steps)
 
-    rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else layout.rollout_dump_dir(run_dir)
+    rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else run_files.rollout_dump_dir(run_dir)
     missing: dict[str, list[int]] = defaultdict(list)
     rows = [train_row(s, train[s], spec, rollout_dir, missing) for s in sorted(train)]
     for name, steps in missing.items():
         log.warning("%s: %s has no source at %d of %d steps (first %d): written as null",
                     run_dir.name, name, len(steps), len(rows), steps[0])
 
-    dump_dir = layout.validation_dump_dir(run_dir)
+    dump_dir = run_files.validation_dump_dir(run_dir)
     val_rows: list[dict[str, Any]] = []
     val_files: dict[int, str] = {}
     val_steps = sorted(s for s in val_logged if s <= last)

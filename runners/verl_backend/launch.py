@@ -5,15 +5,15 @@ the newest checkpoint under ``<run_dir>/checkpoints`` by itself (``trainer.resum
 so running the same command again after a crash continues the run (from the newest checkpoint whose
 step's metrics were logged: :mod:`runners.verl_backend.resume_point`). verl's output goes to the
 attempt's ``verl.log``, a progress bar follows the ``step:N`` lines of verl's console logger
-(:class:`runners.child_process.OutputFollower`), and ``runners.verl_backend.ingest.ingest_run``
+(:class:`runners.verl_backend.child_process.OutputFollower`), and ``runners.verl_backend.ingest.ingest_run``
 merges verl's metric files into ``metrics.json`` every ``backend.ingest_interval_s`` seconds and
 once more when verl exits.
 
-An attempt holds the run folder's lock (``runners.run_lock``; re-entrant, so a launch from
+An attempt holds the run folder's lock (``runners.run.run_lock``; re-entrant, so a launch from
 ``runners/launch.py``, which holds it already, just keeps it): a second launch on the same folder
 fails at once naming the holder. verl inherits the locked descriptor, so the lock lasts as long as
 the verl process. verl runs in a process group of its own, which a watchdog
-(:class:`runners.child_process.GroupReaper`) stops if the launcher dies, even by SIGKILL: no verl
+(:class:`runners.verl_backend.child_process.GroupReaper`) stops if the launcher dies, even by SIGKILL: no verl
 driver, Ray or rollout process outlives the launcher, and the same command then resumes (the killed
 attempt is recorded as ``killed``).
 """
@@ -32,11 +32,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from runners import run_lock
-from runners.child_process import GroupReaper, OutputFollower, stop_group
-from runners.run_error import RunError
-from runners.verl_backend import layout, rehearsal, resume_point
+from runners.config import is_rehearsal
+from runners.run import run_lock
+from runners.run.run_error import RunError
 from runners.verl_backend import overrides as ovr
+from runners.verl_backend import resume_point, run_files
+from runners.verl_backend.child_process import GroupReaper, OutputFollower, stop_group
+from runners.verl_cpu import rehearsal
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ class LaunchSpec:
     hydra_overrides: list[str]  # verl's own Hydra app (output folder)
     env: dict[str, str]  # set on top of the launcher's environment
     cwd: Path
-    paths: layout.AttemptPaths
+    paths: run_files.AttemptPaths
 
     @property
     def argv(self) -> list[str]:
@@ -77,8 +79,8 @@ class LaunchSpec:
 
 def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> LaunchSpec:
     """The launch of ``attempt`` (default: the next one) of this run."""
-    attempt = layout.next_attempt(run_dir) if attempt is None else attempt
-    paths = layout.AttemptPaths(Path(run_dir), attempt)
+    attempt = run_files.next_attempt(run_dir) if attempt is None else attempt
+    paths = run_files.AttemptPaths(Path(run_dir), attempt)
     python = str(cfg.backend.python) if cfg.backend.get("python") else sys.executable
     return LaunchSpec(python=python, overrides=ovr.build_overrides(cfg, paths), hydra_overrides=ovr.hydra_overrides(paths),
                       env=ovr.process_env(cfg, paths), cwd=Path.cwd().resolve(), paths=paths)
@@ -96,7 +98,7 @@ def ingest_failure(run_dir: Path, err: Exception) -> str:
 def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None = None) -> None:
     """:func:`runners.verl_backend.ingest.ingest_run` (``status`` as there); while verl runs
     (``final=False``) a failure is logged and retried at the next interval. The final call raises an
-    ``IngestError`` (outputs that cannot make a valid record) as :class:`~runners.run_error.RunError`
+    ``IngestError`` (outputs that cannot make a valid record) as :class:`~runners.run.run_error.RunError`
     (:func:`ingest_failure`) and anything else as it is."""
     from runners.verl_backend.ingest import ingest_run
 
@@ -119,7 +121,7 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
 def show_capacity(cfg: DictConfig, attempt_dir: Path) -> None:
     """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder (a GPU launch:
     the rehearsal has no GPU to plan for)."""
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         return
     from runners.capacity import plan as capacity
 
@@ -134,8 +136,8 @@ def show_capacity(cfg: DictConfig, attempt_dir: Path) -> None:
 
 def launch(cfg: DictConfig, run_dir: Path) -> None:
     """Run one attempt of this arm under verl, holding the run folder's lock; raise
-    :class:`~runners.run_error.RunError` (one line) if verl fails or its logs cannot be merged into the
-    record, :class:`runners.run_lock.RunFolderBusy` (before anything is written) if another process
+    :class:`~runners.run.run_error.RunError` (one line) if verl fails or its logs cannot be merged into the
+    record, :class:`runners.run.run_lock.RunFolderBusy` (before anything is written) if another process
     holds the folder."""
     with run_lock.hold(run_dir) as lock:
         _attempt(cfg, run_dir, lock.fileno())
@@ -143,9 +145,9 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
 
 def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     if ovr.is_score_centering(cfg):
-        from runners.verl_backend import revisions
+        from runners.verl_revisions import installed
 
-        revisions.require(f"method={cfg.method.name} (score centering)")  # before anything starts
+        installed.require(f"method={cfg.method.name} (score centering)")  # before anything starts
     spec = build_spec(cfg, run_dir)
     paths = spec.paths
     resume_point.align(run_dir, paths.attempt)  # never past a checkpoint whose step was not logged

@@ -9,8 +9,8 @@ bypass-mode REINFORCE, written on the driver *and* the actor side (the V1 traine
 to the other); the project's registered loss (``method.loss_mode``); overlong prompts dropped, never
 cut (``data.truncation=error``); evaluation before training. A TIS arm adds token-level IS with cap
 ``method.tis_cap`` (which the score-centering correction reads too). An SC arm adds what its head
-transport (:func:`runners.verl_backend.revisions.transport`) needs: on verl's own, the keys of newer
-verl (:data:`runners.verl_backend.revisions.NEWER_KEYS`) and the seam hook; on the project's
+transport (:func:`runners.verl_revisions.installed.transport`) needs: on verl's own, the keys of newer
+verl (:data:`runners.verl_revisions.newer_keys.NEWER_KEYS`) and the seam hook; on the project's
 (:mod:`runners.verl_head`), the agent-loop manager class, k in ``rollout.custom``, vLLM's
 ``max_logprobs``, the engine's vendor key and the transport's plug-in module.
 """
@@ -23,11 +23,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runners import verl_head
-from runners.hydra_override import override
-from runners.schema import arm_traits
-from runners.verl_backend import rehearsal
-from runners.verl_backend import revisions as rev
-from runners.verl_backend.layout import AttemptPaths
+from runners.config import is_rehearsal
+from runners.config.hydra_override import override
+from runners.config.schema import arm_traits
+from runners.verl_backend.run_files import AttemptPaths
+from runners.verl_cpu import rehearsal
+from runners.verl_revisions import config_facts, defects, installed, newer_keys
 
 #: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``; see
 #: docs/verl_reference.md): the project's loss registration, loudly, and for SC arms the seam.
@@ -51,18 +52,18 @@ def is_score_centering(cfg: DictConfig) -> bool:
 
 
 def uses_project_transport(cfg: DictConfig) -> bool:
-    """An SC arm on a verl without its own head transport (:data:`~runners.verl_backend.revisions.PROJECT_TRANSPORT`)."""
-    return is_score_centering(cfg) and rev.transport() is rev.PROJECT_TRANSPORT
+    """An SC arm on a verl without its own head transport (:data:`~runners.verl_revisions.installed.PROJECT_TRANSPORT`)."""
+    return is_score_centering(cfg) and installed.transport() is installed.PROJECT_TRANSPORT
 
 
 def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor: the file
     logger's path, the modules every verl process imports (for an SC arm its transport's), what the
-    installed verl needs to avoid its known defects (:func:`runners.verl_backend.revisions.environment_fixes`),
+    installed verl needs to avoid its known defects (:func:`runners.verl_revisions.defects.environment_fixes`),
     the head engine's vendor key on the project's transport and, on the CPU rehearsal, the
-    platform's (:func:`runners.verl_backend.rehearsal.environment`)."""
+    platform's (:func:`runners.verl_cpu.rehearsal.environment`)."""
     modules = [REGISTRY_MODULE]
-    env = {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), **rev.environment_fixes()}
+    env = {"VERL_FILE_LOGGER_PATH": str(paths.file_logger), **defects.environment_fixes()}
     if uses_project_transport(cfg):
         modules.append(verl_head.PLUGIN_MODULE)
         env["VERL_ENGINE_VENDOR"] = verl_head.ENGINE_VENDOR
@@ -70,10 +71,10 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
         modules.append(SC_HOOK_MODULE)
     if cfg.backend.placement.shared_gpu:  # both pools on one GPU: Ray must not pin each to a device of its own
         env[SHARED_GPU_ENV] = "1"
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):  # the platform first: the head plugin's engine asks verl for the device at import
         cpu_env, cpu_modules = rehearsal.environment(cfg, paths.cpu_state)
         env.update(cpu_env)
-        modules += cpu_modules
+        modules[1:1] = cpu_modules
     return {**env, "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
 
 
@@ -81,8 +82,8 @@ def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
     """The rollout-correction block, identical on the driver and the actor side, every key explicit
     (8718ca30 compares the two blocks key by key with no defaults)."""
     tis = arm_traits(cfg.method).tis
-    return {**rev.BYPASS_REINFORCE, "rollout_is": "token" if tis else None,
-            "rollout_is_threshold": float(cfg.method.tis_cap) if tis else rev.DEFAULT_IS_THRESHOLD}
+    return {**config_facts.BYPASS_REINFORCE, "rollout_is": "token" if tis else None,
+            "rollout_is_threshold": float(cfg.method.tis_cap) if tis else config_facts.DEFAULT_IS_THRESHOLD}
 
 
 def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
@@ -178,7 +179,7 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.actor.policy_loss.loss_mode", str(m.loss_mode))
     correction = _rollout_correction(cfg)
     for key, value in correction.items():
-        put(f"{rev.ACTOR_RC}.{key}", value, add=True)
+        put(f"{config_facts.ACTOR_RC}.{key}", value, add=True)
 
     # rollout (standalone vLLM replicas) and evaluation sampling
     put("actor_rollout_ref.rollout.name", engine.name)
@@ -206,7 +207,7 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("algorithm.norm_adv_by_std_in_grpo", False)
     put("algorithm.use_kl_in_reward", False)
     for key, value in correction.items():
-        put(f"{rev.DRIVER_RC}.{key}", value)
+        put(f"{config_facts.DRIVER_RC}.{key}", value)
     put("reward.custom_reward_function.path", b.reward.function_path)
     put("reward.custom_reward_function.name", b.reward.function_name)
     put("reward.reward_manager.source", b.reward.manager_source)
@@ -215,19 +216,19 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
 
     # score centering: the sampler's head from vLLM to the trainer's logits, by the arm's transport
     if uses_project_transport(cfg):
-        put(f"{rev.ROLLOUT}.agent.agent_loop_manager_class", verl_head.MANAGER_CLASS, add=True)
-        put(f"{rev.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}", int(m.top_k), add=True)
-        put(f"{rev.ROLLOUT}.engine_kwargs.vllm.max_logprobs", int(m.top_k), add=True)  # vLLM's default is 20
+        put(f"{config_facts.ROLLOUT}.agent.agent_loop_manager_class", verl_head.MANAGER_CLASS, add=True)
+        put(f"{config_facts.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}", int(m.top_k), add=True)
+        put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs", int(m.top_k), add=True)  # vLLM's default is 20
     elif is_score_centering(cfg):  # verl's own (keys of newer verl)
-        put(rev.TOPK_KEY, int(m.top_k), add=True)
-        put(rev.DRIVER_SC_KEY, True, add=True)
-        put(rev.ACTOR_SC_KEY, True, add=True)
+        put(newer_keys.TOPK_KEY, int(m.top_k), add=True)
+        put(newer_keys.DRIVER_SC_KEY, True, add=True)
+        put(newer_keys.ACTOR_SC_KEY, True, add=True)
 
     # environment of every Ray actor (the driver gets the same variables from the launcher)
     for name, value in process_env(cfg, paths).items():
         put(f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, add=True)
 
-    if rehearsal.is_rehearsal(cfg):
+    if is_rehearsal(cfg):
         ov = rehearsal.apply(ov, cfg, paths.cpu_state)
     ov.extend(str(x) for x in b.extra_overrides)
     return ov

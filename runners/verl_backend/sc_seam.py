@@ -7,7 +7,7 @@ How verl computes the correction, read from its files, and what the project repl
 the ``sc_correction`` verl passes to the registered policy loss is then the project's C
 (``ablations.score_centering``), and verl's own gather and correction never run. It runs at
 ``import verl`` in every process of an SC arm (:mod:`runners.verl_backend.sc_hook`). Before patching
-it verifies the seam and raises :class:`~runners.verl_backend.revisions.ScoreCenteringUnsupported`
+it verifies the seam and raises :class:`~runners.verl_revisions.installed.ScoreCenteringUnsupported`
 otherwise: an SC arm never trains silently with verl's correction. Nothing from verl is imported at
 import time, so this module is importable on verl 0.9.1 (where :func:`install` raises the clear error).
 """
@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
-from runners.verl_backend import revisions as rev
 from runners.verl_head import SEQUENCE_IDS, SEQUENCE_LOG_PROBS
 from runners.verl_head.correction import slot_correction
+from runners.verl_revisions import installed as verl_installed
+from runners.verl_revisions import newer_keys, releases
 
 #: Attribute set on the functions this module installs (makes install() idempotent and testable).
 MARK = "_sc_ablations_seam"
@@ -54,13 +55,13 @@ setattr(project_logits_processor, MARK, True)
 
 def verify_seam(module: Any) -> None:
     """Raise unless ``module`` has the shape described in this module's docstring."""
-    missing = [name for name in rev.SEAM_NAMES if not hasattr(module, name)]
+    missing = [name for name in verl_installed.SEAM_NAMES if not hasattr(module, name)]
     if missing:
-        raise rev.ScoreCenteringUnsupported(f"{module.__name__} lacks {missing}: the score-centering seam of verl "
-                                            f"{rev.REQUIRED_COMMIT_SHORT} changed; the project's correction cannot be installed")
+        raise verl_installed.ScoreCenteringUnsupported(f"{module.__name__} lacks {missing}: the score-centering seam of verl "
+                                            f"{releases.REQUIRED_COMMIT_SHORT} changed; the project's correction cannot be installed")
     if "score_centering_logits_processor" not in getattr(getattr(module.score_centering_ppo_loss, "__code__", None),
                                                              "co_names", ()):
-        raise rev.ScoreCenteringUnsupported(f"{module.__name__}.score_centering_ppo_loss no longer calls "
+        raise verl_installed.ScoreCenteringUnsupported(f"{module.__name__}.score_centering_ppo_loss no longer calls "
                                             "score_centering_logits_processor by name: the seam changed; refusing to "
                                             "run an SC arm with verl's own correction")
 
@@ -72,17 +73,17 @@ def install(module: Any | None = None) -> None:
     pass a stand-in module instead.
     """
     if module is None:
-        if rev.transport() is not rev.VERL_TRANSPORT:
-            raise rev.ScoreCenteringUnsupported(
-                f"the seam hook is for verl's own head transport (verl commit {rev.REQUIRED_COMMIT}, or later): the "
-                f"installed verl has no {rev.SEAM_MODULE}; its SC arms use the project's transport (runners.verl_head)")
-        rev.require("installing the project's score-centering correction")
-        module = importlib.import_module(rev.SEAM_MODULE)
+        if verl_installed.transport() is not verl_installed.VERL_TRANSPORT:
+            raise verl_installed.ScoreCenteringUnsupported(
+                f"the seam hook is for verl's own head transport (verl commit {releases.REQUIRED_COMMIT}, or later): the "
+                f"installed verl has no {newer_keys.SEAM_MODULE}; its SC arms use the project's transport (runners.verl_head)")
+        verl_installed.require("installing the project's score-centering correction")
+        module = importlib.import_module(newer_keys.SEAM_MODULE)
     verify_seam(module)
     if not getattr(module.score_centering_logits_processor, MARK, False):
         module.score_centering_logits_processor = project_logits_processor
 
 
 def installed(module: Any | None = None) -> bool:
-    module = module or importlib.import_module(rev.SEAM_MODULE)
+    module = module or importlib.import_module(newer_keys.SEAM_MODULE)
     return bool(getattr(module.score_centering_logits_processor, MARK, False))

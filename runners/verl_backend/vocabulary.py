@@ -9,7 +9,7 @@ padded to 151,936). The schema has already checked ``method.top_k >= 1``.
 Where the vocabulary comes from (:func:`vocabulary`), first match:
 
 1. the rehearsal (``backend.platform=cpu``): the shipped tiny Qwen3 it trains, whose vocabulary is the
-   character tokenizer's (``runners/local/tokenizer.py``), written into ``model.path`` only later;
+   character tokenizer's (``runners/tiny/tokenizer.py``), written into ``model.path`` only later;
 2. the model's ``config.json`` as :func:`runners.capacity.shapes.find_config` finds it (a local folder,
    the local Hugging Face cache offline, the published sizes of the Qwen3 dense models): its
    ``vocab_size`` (or ``text_config.vocab_size``).
@@ -26,7 +26,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runners.capacity.shapes import find_config
-from runners.config_error import ConfigError
+from runners.config import is_rehearsal
+from runners.config.config_error import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,11 @@ def _config_vocab(config: dict[str, Any]) -> int | None:
 def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
     """``(vocab_size, where it was read)`` of the model a launch of ``cfg`` trains, or None when unknown
     before verl loads the model's config (the module docstring gives the order)."""
-    from runners.verl_backend import rehearsal
 
-    if rehearsal.is_rehearsal(cfg):
-        from runners.local.tokenizer import build_tokenizer
+    if is_rehearsal(cfg):
+        from runners.tiny.tokenizer import build_tokenizer
 
-        return len(build_tokenizer()), "the rehearsal's tiny Qwen3, runners/local/tokenizer.py"
+        return len(build_tokenizer()), "the rehearsal's tiny Qwen3, runners/tiny/tokenizer.py"
     found = find_config(str(cfg.model.path))
     if found is not None and (size := _config_vocab(found[0])) is not None:
         return size, found[1]

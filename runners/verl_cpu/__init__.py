@@ -16,13 +16,19 @@ Everything here goes through verl's own registries; no file of verl is edited:
 
 :mod:`~runners.verl_cpu.plugin` is the ``verl.plugins`` entry point: it registers all three only
 when ``VERL_PLATFORM=cpu`` (what the rehearsal and the worker bench set), and does nothing otherwise.
+
+:mod:`~runners.verl_cpu.rehearsal` is the launcher's side: the reference launch with exactly these stand-ins
+swapped in (``backend.platform=cpu``), and the assets it trains on (the tiny model of :mod:`runners.tiny`).
 """
 
 import os
 from pathlib import Path
 
-#: The value of ``VERL_PLATFORM`` that selects this platform.
-PLATFORM = "cpu"
+from runners.verl_head import CPU_PLATFORM
+
+#: The value of ``VERL_PLATFORM`` that selects this platform (named in :mod:`runners.verl_head`, whose plugin
+#: leaves verl's rollout name ``vllm`` to this platform's rollout).
+PLATFORM = CPU_PLATFORM
 #: verl registers its FSDP engine for cuda/npu device names only: the engine is looked up as "cuda".
 ENGINE_DEVICE = "cuda"
 #: Environment that selects the CPU platform in every verl process (driver and Ray actors).

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 
-from runners.verl_cpu import HEAD_ROLLOUT_NAME, PLATFORM, ROLLOUT_ENV, VLLM_ROLLOUT
+from runners.verl_cpu import HEAD_ROLLOUT_NAME, ROLLOUT_ENV, VLLM_ROLLOUT
+from runners.verl_head import cpu_platform_selected
 
 
 def selected() -> bool:
-    return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM
+    """Is this platform selected (``VERL_PLATFORM=cpu``)?"""
+    return cpu_platform_selected()
 
 
 if selected():

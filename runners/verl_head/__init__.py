@@ -2,7 +2,7 @@
 
 verl 8718ca30 (PR #8010) carries the head itself; 0.9.1 has no transport, and its separate_async
 client drops every extra field of a rollout server. This package carries it, for the SC arms only,
-without editing or copying verl's files (which transport an arm uses: ``runners.verl_backend.revisions``):
+without editing or copying verl's files (which transport an arm uses: ``runners.verl_revisions``):
 
 ==========  ===================================================================================
 rollout     :mod:`~runners.verl_head.vllm_server` -- verl's vLLM server class (chosen by the
@@ -21,7 +21,7 @@ trainer     :mod:`~runners.verl_head.engine` -- verl's FSDP engine, registered i
             logits (:mod:`~runners.verl_head.correction`), and hands it to the arm's loss
 ==========  ===================================================================================
 
-The layout (:mod:`~runners.verl_head.layout`): per generated token, the k ids as int32 and their
+The layout (:mod:`~runners.verl_head.head_layout`): per generated token, the k ids as int32 and their
 log-probs as float32, ``8 k`` bytes (1,024 at k = 128; a 8,192-token response carries 8.4 MB).
 """
 
@@ -42,3 +42,16 @@ CUSTOM_KEY = "sc_ablations_topk"
 PLUGIN_MODULE = "runners.verl_head.plugin"
 #: The agent-loop manager class of an SC arm (``rollout.agent.agent_loop_manager_class``).
 MANAGER_CLASS = "runners.verl_head.agent_loop.HeadAgentLoopManager"
+
+
+#: verl's platform name (``VERL_PLATFORM``) of the project's CPU platform (:mod:`runners.verl_cpu`): its rollout
+#: answers the head request itself, so there :mod:`~runners.verl_head.plugin` leaves verl's rollout name ``vllm``
+#: to it.
+CPU_PLATFORM = "cpu"
+
+
+def cpu_platform_selected() -> bool:
+    """Is the project's CPU platform selected in this process (``VERL_PLATFORM=cpu``)?"""
+    import os
+
+    return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM

@@ -7,7 +7,7 @@
 * its workers (:class:`HeadAgentLoopWorker`) ask for the head on training rollouts only (never on
   validation) and, after the agent loop, store it beside the tokens: the output's ``as_dict`` (what
   verl writes into TransferQueue) gains the two per-sequence fields of
-  :func:`runners.verl_head.layout.sequence_head`, which TransferQueue, verl's micro-batching and its
+  :func:`runners.verl_head.head_layout.sequence_head`, which TransferQueue, verl's micro-batching and its
   data-parallel split carry as jagged ``(B, j, k)`` tensors to the trainer.
 
 Only single-turn agent loops are carried (every response token sampled in one request); a response
@@ -31,7 +31,7 @@ from runners.verl_head import (
     TOKEN_LOG_PROBS,
 )
 from runners.verl_head.client import HeadLLMServerClient
-from runners.verl_head.layout import sequence_head
+from runners.verl_head.head_layout import sequence_head
 
 
 def head_size(config: Any) -> int:

@@ -5,7 +5,7 @@ verl 0.9.1's ``FullyAsyncLLMServerClient.generate`` resumes a request aborted by
 log-probs and routing only: every other extra field of the server is dropped. Its segments come
 from ``super().generate`` (verl's plain ``LLMServerClient``), so :class:`HeadLLMServerClient` puts
 :class:`_SegmentHeads` between the two in the method resolution order: each segment's head is
-collected there, and joined onto the rebuilt response (:func:`runners.verl_head.layout.concatenate`).
+collected there, and joined onto the rebuilt response (:func:`runners.verl_head.head_layout.concatenate`).
 Nothing of verl's is copied; the collection is a per-call context variable, so concurrent requests
 on one client (one asyncio task each) never mix.
 """
@@ -19,7 +19,7 @@ from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServer
 from verl.workers.rollout.replica import TokenOutput
 
 from runners.verl_head import REQUEST_KEY, TOKEN_IDS, TOKEN_LOG_PROBS
-from runners.verl_head.layout import concatenate
+from runners.verl_head.head_layout import concatenate
 
 #: The segments of the request being generated in this task: ``[(ids, log_probs, tokens), ...]``.
 _SEGMENTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("sc_ablations_head_segments", default=None)

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from ablations.losses import config_value, parse_tis_cap
-from runners.verl_backend import revisions as rev
-from runners.verl_head.layout import dummy_head
+from runners.verl_head.head_layout import dummy_head
+from runners.verl_revisions import config_facts
 
 
 def is_cap_from(config: Any) -> float | None:
@@ -27,7 +27,7 @@ def is_cap_from(config: Any) -> float | None:
         return None
     if rollout_is != "token":
         raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
-    return parse_tis_cap(config_value(rc, "rollout_is_threshold", rev.DEFAULT_IS_THRESHOLD))
+    return parse_tis_cap(config_value(rc, "rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD))
 
 
 def sequence_parallel_slice(ids: torch.Tensor, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

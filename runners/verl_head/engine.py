@@ -32,7 +32,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 from ablations.token_loss import supplying_correction
 from runners.verl_head import ENGINE_VENDOR, SEQUENCE_IDS, SEQUENCE_LOG_PROBS
 from runners.verl_head.correction import slot_correction
-from runners.verl_head.layout import packed_head
+from runners.verl_head.head_layout import packed_head
 
 MASS_METRICS = {"sc_sampler_head_mass": "actor/sc_sampler_head_mass", "sc_train_head_mass": "actor/sc_train_head_mass"}
 

@@ -11,7 +11,7 @@ import importlib
 
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from runners.verl_cpu.plugin import selected as cpu_platform
+from runners.verl_head import cpu_platform_selected as cpu_platform
 from runners.verl_head import engine  # noqa: F401 - registers HeadEngine
 
 VLLM_ROLLOUT = "vllm"

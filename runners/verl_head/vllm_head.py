@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from runners.verl_head import REQUEST_KEY
-from runners.verl_head.layout import ID_DTYPE, LOG_PROB_DTYPE, as_head, empty
+from runners.verl_head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head, empty
 
 
 def requested_k(sampling_params: Any) -> int:

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import contract
 from runners import verl_cpu
-from runners.verl_backend import layout, resume_point
+from runners.run import contract_check
+from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.checkpoints import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def _syncs(run: Path, attempt: int) -> int:
 
 def _alive(proc: subprocess.Popen, log: Path, deadline: float, what: str, ckpt_dir: Path) -> None:
     """Fail (killing the sweep) where the sweep ended, stalled or finished PG before ``what``."""
-    if proc.poll() is not None or time.monotonic() > deadline or layout.resume_step(ckpt_dir) == TOTAL_STEPS:
+    if proc.poll() is not None or time.monotonic() > deadline or run_files.resume_step(ckpt_dir) == TOTAL_STEPS:
         proc.kill()
         proc.wait()
         pytest.fail(f"the sweep ended, stalled or finished PG before {what}:\n{log.read_text()[-6000:]}")
@@ -156,7 +156,7 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     log = root / "sweep.err"
     with log.open("w") as stderr:
         first = subprocess.Popen(command, cwd=root, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr)
-    ckpt_dir = layout.checkpoints_dir(pg)
+    ckpt_dir = run_files.checkpoints_dir(pg)
     deadline = time.monotonic() + 900
     while _syncs(pg, 1) < 1:  # PG's attempt is up: Ray, the workers and the rollout
         _alive(first, log, deadline, "PG's first weight sync", ckpt_dir)
@@ -166,7 +166,7 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     with out.open("w") as stdout, err.open("w") as stderr:
         second = subprocess.Popen(launch_command(results, (KILLED,), extra_overrides), cwd=root, env=ENV,
                                   stdout=stdout, stderr=stderr)
-    while second.poll() is None or (layout.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
+    while second.poll() is None or (run_files.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
         _alive(first, log, deadline, f"the second launch's answer and PG's checkpoint of step {KILL_AFTER_CHECKPOINT}",
                ckpt_dir)
         time.sleep(0.05)
@@ -213,7 +213,7 @@ def test_run_contract_and_attempts(rehearsal, arm):
     """PG was killed and resumed; TIS, SC and SC+TIS ran once. Validation at each attempt's start (verl
     validates before it trains, a resumed attempt too), every 4 steps and at the end."""
     run = rehearsal.sweep / f"{arm}-seed42"
-    problems = contract.check_run_dir(run)
+    problems = contract_check.check_run_dir(run)
     assert not problems, problems
     record = _record(rehearsal, arm)
     attempts = [(a["start_step"], a["end_step"], a["status"]) for a in record["run"]["attempts"]]
@@ -234,7 +234,7 @@ def test_the_killed_run_resumes_from_its_newest_logged_checkpoint(rehearsal):
     killed, resumed = _record(rehearsal, KILLED)["run"]["attempts"]
     logged = killed["end_step"]
     assert resumed["start_step"] == max((c for c in rehearsal.checkpoints_at_kill if c <= logged), default=0)
-    aside = layout.checkpoints_dir(run) / resume_point.SUPERSEDED
+    aside = run_files.checkpoints_dir(run) / resume_point.SUPERSEDED
     moved = sorted(p.name for p in aside.iterdir()) if aside.exists() else []
     assert moved == sorted(f"global_step_{c}-before-attempt-002" for c in rehearsal.checkpoints_at_kill if c > logged)
 
@@ -244,7 +244,7 @@ def test_every_step_has_the_arms_loss_metrics_and_staleness_tags(rehearsal, arm)
     run = rehearsal.sweep / f"{arm}-seed42"
     rows = _record(rehearsal, arm)["train"]
     assert [r["step"] for r in rows] == list(range(1, TOTAL_STEPS + 1))  # no step lost to the kill
-    required = contract.required_train_metrics(contract.run_traits(run))
+    required = contract_check.required_train_metrics(contract_check.run_traits(run))
     if arm == "tis":
         assert "actor/tis_clip_fraction" in required
     for row in rows:

@@ -30,10 +30,10 @@ import verl  # noqa: F401 - once per test process
 from omegaconf import OmegaConf
 from verl.utils.py_functional import rename_dict
 
-from analysis import contract
-from runners.schema import arm_traits
+from runners.config.schema import arm_traits
+from runners.run import contract_check
 from runners.verl_backend import ingest
-from runners.verl_backend import revisions as rev
+from runners.verl_revisions import installed, project_slots
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -90,7 +90,7 @@ def test_worker_resolves_the_arms_loss(arm, reports):
     r = reports[arm]
     assert r["task_runner"] == "TaskRunnerV1"  # verl's main took the V1 path after validate_config
     assert r["policy_loss"] == POLICY_LOSSES[arm]
-    if arm in SC_ARMS and r["transport"] == rev.VERL_TRANSPORT.name:  # 8718ca30: its dispatcher, the project's correction
+    if arm in SC_ARMS and r["transport"] == installed.VERL_TRANSPORT.name:  # 8718ca30: its dispatcher, the project's correction
         assert r["loss_fn"] == "score_centering_ppo_loss"
         assert r["logits_processor"] == "runners.verl_backend.sc_seam.project_logits_processor"
         assert r["project_centering_calls"] >= 2  # once per micro-batch
@@ -128,7 +128,7 @@ def test_worker_reports_the_metrics_the_analysis_reads(arm, reports):
     if any(k in reported for k in ingest.ENTROPY_SOURCES):
         reported.add("actor/entropy")
     traits = arm_traits(OmegaConf.load(REPO / "conf" / "method" / f"{arm}.yaml"))  # the arm's method config
-    wanted = {m for m in contract.required_train_metrics(traits) if m.startswith("actor/")}
+    wanted = {m for m in contract_check.required_train_metrics(traits) if m.startswith("actor/")}
     assert wanted <= reported, sorted(wanted - reported)
 
 
@@ -141,15 +141,15 @@ def test_sc_arms_stop_before_compute_where_the_transport_lacks_a_slot(arm, tmp_p
     from runners import verl_backend
     from runners.verl_backend import overrides as ovr
 
-    if rev.transport() is rev.PROJECT_TRANSPORT:
-        slot = next(s for s in rev.PROJECT_SLOTS if s.where.endswith("agent_loop_manager_class"))
-        monkeypatch.setattr(rev, "PROJECT_SLOTS", tuple(
-            rev.Slot(s.where, s.what, (lambda: False) if s is slot else s.holds) for s in rev.PROJECT_SLOTS))
+    if installed.transport() is installed.PROJECT_TRANSPORT:
+        slot = next(s for s in installed.PROJECT_SLOTS if s.where.endswith("agent_loop_manager_class"))
+        monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
+            project_slots.Slot(s.where, s.what, (lambda: False) if s is slot else s.holds) for s in installed.PROJECT_SLOTS))
         lacking = slot.where
     else:
-        monkeypatch.setattr(rev, "SEAM_NAMES", (*rev.SEAM_NAMES, "a_name_verl_never_had"))
+        monkeypatch.setattr(installed, "SEAM_NAMES", (*installed.SEAM_NAMES, "a_name_verl_never_had"))
         lacking = "a_name_verl_never_had"
-    rev.check.cache_clear()
+    installed.check.cache_clear()
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["+experiment=qwen3_4b_sc_repro", f"method={arm}",
@@ -159,7 +159,7 @@ def test_sc_arms_stop_before_compute_where_the_transport_lacks_a_slot(arm, tmp_p
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     try:
-        with pytest.raises(rev.ScoreCenteringUnsupported, match=lacking):
+        with pytest.raises(installed.ScoreCenteringUnsupported, match=lacking):
             verl_backend.validate(cfg)
     finally:
-        rev.check.cache_clear()
+        installed.check.cache_clear()

@@ -33,7 +33,7 @@ Sampler: the model's logits plus fixed Gaussian noise per position (:data:`SAMPL
 ``p(a)/q(a)`` spreads well past the TIS cap and the top-k head misses real mass. For SC arms the
 sampler's top-k ids and log-probs are laid over each sequence as the arm's head transport delivers
 them (response token r at row ``prompt_length - 1 + r``): on verl 0.9.1 the project's
-(``runners.verl_head.layout.sequence_head``, read by the head engine verl's registry gives for
+(``runners.verl_head.head_layout.sequence_head``, read by the head engine verl's registry gives for
 ``VERL_ENGINE_VENDOR``), on verl 8718ca30 verl's own (``score_centering.pad_rollout_topk``).
 """
 
@@ -85,7 +85,7 @@ def tiny_model(out: Path):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     config = Qwen3Config(
@@ -191,7 +191,7 @@ def mini_batch(model, cfg, project_cfg):
                 )
             elif score_centering:
                 from runners.verl_head import SEQUENCE_IDS, SEQUENCE_LOG_PROBS
-                from runners.verl_head.layout import sequence_head
+                from runners.verl_head.head_layout import sequence_head
 
                 sample[SEQUENCE_IDS], sample[SEQUENCE_LOG_PROBS] = sequence_head(
                     head.indices.numpy(), head.values.numpy(), p_len, r_len)
@@ -302,9 +302,9 @@ def _plain(value):
 
 
 def verls_own_transport() -> bool:
-    from runners.verl_backend import revisions as rev
+    from runners.verl_revisions import installed
 
-    return rev.transport() is rev.VERL_TRANSPORT
+    return installed.transport() is installed.VERL_TRANSPORT
 
 
 def install_transport(env: dict[str, str]) -> None:
@@ -325,16 +325,16 @@ def run(arm: str, report_path: Path) -> dict:
     import torch
     import verl  # noqa: F401 - the project's plug-in registers the arms (entry point)
 
-    from runners.verl_backend import revisions as rev
+    from runners.verl_revisions import installed, newer_keys
 
-    report: dict = {"arm": arm, "verl_version": verl.__version__, "sc_support": rev.supported()}
+    report: dict = {"arm": arm, "verl_version": verl.__version__, "sc_support": installed.supported()}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model = tiny_model(tmp / "model")
         overrides, project_cfg, env = verl_overrides(arm, tmp, tmp / "model")
         if project_cfg.method.score_centering:
             install_transport(env)
-        report["transport"] = rev.transport().name
+        report["transport"] = installed.transport().name
         cfg, runner = driver_config(overrides)
         report["task_runner"] = runner
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)
@@ -352,7 +352,7 @@ def run(arm: str, report_path: Path) -> dict:
         if project_cfg.method.score_centering and verls_own_transport():
             import importlib
 
-            seam = importlib.import_module(rev.SEAM_MODULE).score_centering_logits_processor
+            seam = importlib.import_module(newer_keys.SEAM_MODULE).score_centering_logits_processor
             report["logits_processor"] = f"{seam.__module__}.{seam.__qualname__}"
         td, terms = mini_batch(model, cfg, project_cfg)
         temperature = float(cfg.actor_rollout_ref.rollout.temperature)

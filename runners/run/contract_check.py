@@ -13,9 +13,9 @@ What is checked (schema_version 1):
   ``last_step`` integers; ``status`` in running/finished/failed/stopped (stopped by the user); ``versions`` a mapping of strings;
   ``last_step`` equals the last train step; a finished run trained ``total_steps`` steps;
   ``config_sha256`` is the sha256 of ``config.yaml`` (else ``config.yaml`` was edited after the run
-  wrote it: ``runners.run_record.config_edited``).
+  wrote it: ``runners.run.run_record.config_edited``).
   Optional ``seed_fixes`` (what the seed fixes; records before it lack it): ``streams`` a sorted
-  list of stream names of ``runners.run_contract.SEED_STREAMS``, ``how`` a string per stream,
+  list of stream names of ``runners.run.run_contract.SEED_STREAMS``, ``how`` a string per stream,
   ``not_fixed`` an object of strings, ``reproducible`` a boolean.
 - ``attempts``: a list (non-empty once there are train rows) of objects with ISO-8601
   ``started``, ``ended`` (ISO-8601 or null, null only for the last attempt), integer
@@ -62,7 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.run_contract import (  # noqa: F401 - the contract's names, re-exported for analysis
+from runners.config.schema import ArmTraits, arm_traits
+from runners.run.run_contract import (
     CONFIG_FILE,
     EVERY_ARM_TRAIN_METRICS,
     KNOWN_METHODS,
@@ -77,13 +78,11 @@ from runners.run_contract import (  # noqa: F401 - the contract's names, re-expo
     VAL_CORE_RE,
     VAL_DIR,
     VAL_FILE_RE,
-    repeat_dir_name,
     sample_problems,
     val_file_name,
     val_metric_names,
 )
-from runners.run_record import config_edited
-from runners.schema import ArmTraits, arm_traits
+from runners.run.run_record import config_edited
 
 ACC_TOLERANCE = 1e-6
 MAX_EXAMPLES = 3  # examples listed per kind of line error in one file; the rest are counted
@@ -91,7 +90,7 @@ MAX_EXAMPLES = 3  # examples listed per kind of line error in one file; the rest
 
 def run_traits(run_dir: str | Path) -> ArmTraits | None:
     """The arm's traits (TIS arm, SC arm) from the run's saved ``config.yaml`` (its ``method`` section,
-    ``runners.schema.arm_traits``); None when the file or the section is missing or unreadable."""
+    ``runners.config.schema.arm_traits``); None when the file or the section is missing or unreadable."""
     import yaml
 
     try:
@@ -307,7 +306,7 @@ def _check_run_section(run: Any, train_steps: list[int], path: Path, issues: _Is
 
 
 def _check_seed_fixes(fixes: Any, path: Path, issues: _Issues) -> None:
-    """Optional ``run.seed_fixes`` (``runners.run_contract.seed_fixes_record``)."""
+    """Optional ``run.seed_fixes`` (``runners.run.run_contract.seed_fixes_record``)."""
     if not isinstance(fixes, dict):
         issues.add(path, f"run.seed_fixes must be an object, got {type(fixes).__name__}")
         return
@@ -689,15 +688,15 @@ def _sweep_folder_runs(folder: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m analysis.contract RUN_DIR [RUN_DIR...]``: print violations; exit 1 if any, 2 when given a
+    """``python -m runners.run.contract_check RUN_DIR [RUN_DIR...]``: print violations; exit 1 if any, 2 when given a
     sweep folder instead of run folders."""
-    parser = argparse.ArgumentParser(prog="python -m analysis.contract", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m runners.run.contract_check", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories to check")
     args = parser.parse_args(argv)
     for folder in args.run_dirs:
         if sweep := _sweep_folder_runs(folder):
             print(f"{folder} is a sweep folder (it holds run folders such as {', '.join(sweep[:3])}), not a run folder; "
-                  f"pass the run folders: python -m analysis.contract {folder}/*/", file=sys.stderr)
+                  f"pass the run folders: python -m runners.run.contract_check {folder}/*/", file=sys.stderr)
             return 2
     failed = 0
     for run_dir in args.run_dirs:

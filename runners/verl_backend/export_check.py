@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runners.provenance import config_sha256, file_sha256, versions
-from runners.run_record import atomic_write_text, utc_now
+from runners.run.provenance import config_sha256, file_sha256, versions
+from runners.run.run_record import atomic_write_text, utc_now
 
 VERIFICATION_FILE = "verification.json"
 #: Files that would mean training state leaked into the export (PyTorch shards are ``*.pt``).

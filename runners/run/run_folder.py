@@ -4,7 +4,7 @@
 
 - ``new``: no ``config.yaml`` yet;
 - ``resume``: the same config, apart from ``RESUME_INSENSITIVE_KEYS`` (each with the keys under it) and
-  keys added after the folder was written that hold what its run did (``runners.config_history``):
+  keys added after the folder was written that hold what its run did (``runners.config.config_history``):
   the run continues from its
   newest checkpoint (or is left as it is when finished);
 - ``extend``: only ``trainer.total_steps`` differs, and it is raised: the run continues from its
@@ -12,12 +12,12 @@
 - ``reuse_empty``: a different config, but the folder holds no completed step (no train row in
   ``metrics.json``, no checkpoint, no verl metrics, no export): a start that died before its first
   step, e.g. in the warm start. The run starts afresh there;
-- anything else raises :class:`~runners.config_error.ConfigError` naming the keys that differ; nothing
+- anything else raises :class:`~runners.config.config_error.ConfigError` naming the keys that differ; nothing
   is changed.
 
 Before comparing, a folder holding completed steps must hold the ``config.yaml`` its run wrote: one
 whose sha256 is not the ``config_sha256`` that ``metrics.json`` records was edited afterwards, and
-the launch is refused naming the file (``runners.run_record.config_edited``), whatever it asks for.
+the launch is refused naming the file (``runners.run.run_record.config_edited``), whatever it asks for.
 
 :func:`prepare` (called by the launcher while it holds the folder's lock, before writing
 ``config.yaml``) removes the temporary files interrupted atomic writes left in the folder, in
@@ -38,11 +38,16 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runners.config_error import ConfigError
-from runners.config_history import ADDED_KEYS, with_added_keys
-from runners.provenance import config_sha256
-from runners.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
-from runners.run_record import atomic_write_text, config_edited, record_config_sha256, remove_stale_temp_files
+from runners.config.config_error import ConfigError
+from runners.config.config_history import ADDED_KEYS, with_added_keys
+from runners.run.provenance import config_sha256
+from runners.run.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
+from runners.run.run_record import (
+    atomic_write_text,
+    config_edited,
+    record_config_sha256,
+    remove_stale_temp_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +104,7 @@ def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
     if edited is not None and evidence is not None:
         raise ConfigError(f"{path}: {edited}. The record is what ran: restore {CONFIG_FILE} to the config the run was "
                           "launched with, or move the folder away; nothing was changed.")
-    # a folder written before a key existed holds what its run did (runners.config_history)
+    # a folder written before a key existed holds what its run did (runners.config.config_history)
     old = _flatten(with_added_keys(OmegaConf.to_container(OmegaConf.load(path))))
     new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     differ = sorted(k for k in old.keys() | new.keys()
@@ -156,7 +161,7 @@ def prepare(run_dir: Path, kind: str, config_yaml: str) -> None:
 def write_config(run_dir: Path, config_yaml: str) -> None:
     """Write ``config.yaml`` for the launch, first setting the record's ``config_sha256`` to its hash when
     the folder holds a record of another text (an extension): the record and the file stay in step,
-    so :func:`plan` can tell a hand edit (``runners.run_record.config_edited``) from a launch's own write.
+    so :func:`plan` can tell a hand edit (``runners.run.run_record.config_edited``) from a launch's own write.
     Call it only while holding the folder's lock."""
     record_config_sha256(run_dir, config_sha256(config_yaml))
     atomic_write_text(Path(run_dir) / CONFIG_FILE, config_yaml)

@@ -59,7 +59,7 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
 class GroupReaper:
     """Stops a child's process group if this process dies without doing it (SIGKILL included).
 
-    A watchdog process (``python -m runners.child_process reap PGID``, in a session of its own)
+    A watchdog process (``python -m runners.verl_backend.child_process reap PGID``, in a session of its own)
     blocks on a pipe whose only write end this process holds; the kernel closes that end when this
     process dies, however it dies, and the watchdog then SIGTERMs the group, and SIGKILLs what is left
     after ``grace_s``. :meth:`close` (the child ended, or :func:`stop_group` ran) releases it: the
@@ -71,7 +71,7 @@ class GroupReaper:
 
         read_end, self._write_end = os.pipe()
         try:
-            self.watchdog = subprocess.Popen([sys.executable, "-m", "runners.child_process", "reap", str(pgid),
+            self.watchdog = subprocess.Popen([sys.executable, "-m", "runners.verl_backend.child_process", "reap", str(pgid),
                                               str(grace_s)], stdin=read_end, start_new_session=True,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:

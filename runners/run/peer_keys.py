@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runners.config_history import with_added_keys
-from runners.run_contract import CONFIG_FILE
+from runners.config.config_history import with_added_keys
+from runners.run.run_contract import CONFIG_FILE
 
 #: Keys (and the keys under them) that cannot change a number in the report (the module doc says why each).
 INERT_KEYS: frozenset[str] = frozenset({

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runners.run_contract import VAL_CORE_RE
+from runners.run.run_contract import VAL_CORE_RE
 
 #: How every output describes the selection.
 TEST_SET_SELECTION = (

@@ -26,11 +26,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from runners import verl_cpu
-from runners.hydra_override import override, parse
-from runners.validate import CONF_DIR
+from runners.config import CONF_DIR, is_rehearsal
+from runners.config.hydra_override import override, parse
+from runners.tiny.model import DEFAULT_MODEL_YAML
 
 #: The embedded default's model and task, which the rehearsal's assets are made of.
-MODEL_YAML = CONF_DIR / "model" / "tiny_qwen3.yaml"
+MODEL_YAML = DEFAULT_MODEL_YAML
 TASK_YAML = CONF_DIR / "data" / "synthetic_arith.yaml"
 #: Module of the CPU platform, named in ``VERL_USE_EXTERNAL_MODULES`` so that a failed import is loud
 #: (the ``verl.plugins`` entry point alone would be swallowed by verl).
@@ -40,10 +41,6 @@ PLUGIN_MODULE = "runners.verl_cpu.plugin"
 CPU_THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 MANIFEST = "rehearsal_assets.json"
 RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
-
-
-def is_rehearsal(cfg: DictConfig) -> bool:
-    return OmegaConf.select(cfg, "backend.platform", default="gpu") == verl_cpu.PLATFORM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +71,10 @@ def rollout_name(cfg: DictConfig) -> str:
     transport ``vllm``, which verl 8718ca30 requires of score centering and the CPU platform maps to
     the same stand-in (:data:`runners.verl_cpu.HEAD_ROLLOUT_NAME`). On the project's transport the
     CPU rollout answers the head request under its own name."""
-    from runners.schema import arm_traits
-    from runners.verl_backend import revisions as rev
+    from runners.config.schema import arm_traits
+    from runners.verl_revisions import installed
 
-    native_sc = arm_traits(cfg.method).sc and rev.transport() is rev.VERL_TRANSPORT
+    native_sc = arm_traits(cfg.method).sc and installed.transport() is installed.VERL_TRANSPORT
     return verl_cpu.HEAD_ROLLOUT_NAME if native_sc else verl_cpu.ROLLOUT_NAME
 
 
@@ -99,15 +96,15 @@ VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nob
 def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
     """The rollout swap with vLLM's CPU build: verl's vLLM replica and server (the project's head-capturing
     server with a CPU weight loader), its settings and its folders (caches and RPC sockets in the attempt)."""
-    from runners.verl_backend import revisions as rev
+    from runners.verl_revisions import config_facts
 
     return Swap(
         "rollout", "vLLM's CPU build (the vllm-cpu extra) through verl's vLLM replica and server classes, "
         "registered under verl's name `vllm` by the CPU platform (runners.verl_vllm_cpu: the project's "
         "head-capturing server, weights loaded through vLLM's in-place reload); eager, no sleep mode, "
         "1 GiB KV cache, 16 MB sync buckets, fp32",
-        {f"{rev.ROLLOUT}.name": verl_cpu.HEAD_ROLLOUT_NAME, f"{rev.ROLLOUT}.dtype": "float32",
-         **{f"{rev.ROLLOUT}.{key}": value for key, value in VLLM_CPU_OVERRIDES.items()}},
+        {f"{config_facts.ROLLOUT}.name": verl_cpu.HEAD_ROLLOUT_NAME, f"{config_facts.ROLLOUT}.dtype": "float32",
+         **{f"{config_facts.ROLLOUT}.{key}": value for key, value in VLLM_CPU_OVERRIDES.items()}},
         {verl_cpu.ROLLOUT_ENV: verl_cpu.VLLM_ROLLOUT, **VLLM_CPU_ENV,
          "VLLM_CACHE_ROOT": str(state_dir / "vllm_cache"), "VLLM_RPC_BASE_PATH": str(vllm_rpc_folder(state_dir))})
 
@@ -211,7 +208,7 @@ def difference(reference: list[str], rehearsal: list[str], reference_env: dict[s
 
 def difference_text(report: dict[str, Any]) -> str:
     """The difference as a table for people: one line per key, grouped by what set it."""
-    lines = ["CPU swaps (runners/verl_backend/rehearsal.py):"]
+    lines = ["CPU swaps (runners/verl_cpu/rehearsal.py):"]
     lines += [f"  {s['name']}: {s['why']}" for s in report["swaps"]]
     lines.append("")
     lines.append("difference from +experiment=qwen3_4b_sc_repro (key: reference -> rehearsal):")
@@ -240,8 +237,8 @@ def task_config(cfg: DictConfig) -> DictConfig:
 
 def check(cfg: DictConfig) -> None:
     """Reject, naming the key, what the rehearsal's tiny model and task cannot run (``ValueError``)."""
-    from runners.local.tasks import build_task
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.task_by_name import build_task
+    from runners.tiny.tokenizer import build_tokenizer
 
     model = _yaml(MODEL_YAML)
     positions = int(model.max_position_embeddings)
@@ -266,7 +263,7 @@ def check(cfg: DictConfig) -> None:
 
 # -- the assets ---------------------------------------------------------------------------------
 def _assets_request(cfg: DictConfig) -> dict[str, Any]:
-    from runners.local.base_model import read_manifest
+    from runners.tiny.base_model import read_manifest
 
     return {"model": {"path": str(Path(str(cfg.model.path)).expanduser().resolve()),
                       "shipped_sha256": read_manifest()["sha256"]},
@@ -286,8 +283,8 @@ def _replace_dir(staged: Path, final: Path) -> None:
 
 def write_model(folder: Path) -> None:
     """The shipped tiny Qwen3 (hash-verified) as an HF folder with its tokenizer and eos."""
-    from runners.local.base_model import load_shipped
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.base_model import load_shipped
+    from runners.tiny.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     model = load_shipped(_yaml(MODEL_YAML))
@@ -305,8 +302,8 @@ def write_data(cfg: DictConfig, folder: Path) -> None:
     from ablations.data.aime import prepare_eval
     from ablations.data.dapo import prepare_train
     from ablations.data.sources import write_parquet
-    from runners.local.tasks import build_task
-    from runners.local.tokenizer import build_tokenizer
+    from runners.tiny.task_by_name import build_task
+    from runners.tiny.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     task = build_task(task_config(cfg))

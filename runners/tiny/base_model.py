@@ -3,7 +3,7 @@
 The supervised warm start (`warmstart.py`) is deterministic on one machine but not across CPUs
 (other kernels, other reduction orders: the same recipe gave step-0 mean@8 of 0.49 on one CPU and
 0.12 under emulated older kernels). So the base model of the default config is trained once and
-shipped in the package, in `runners/local/assets/<name>/`:
+shipped in the package, in `runners/tiny/assets/<name>/`:
 
 * `model.safetensors`: the fp32 weights (`safetensors.torch.save_model`; the tied lm-head is
   stored once);
@@ -36,9 +36,9 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_model, save_model
 from transformers import Qwen3ForCausalLM
 
-from runners.local.model import build_model, count_parameters
-from runners.local.tokenizer import build_tokenizer
-from runners.provenance import file_sha256
+from runners.run.provenance import file_sha256
+from runners.tiny.model import build_model, count_parameters
+from runners.tiny.tokenizer import build_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def write_shipped(
     """
     import transformers
 
-    from runners.provenance import project_version
+    from runners.run.provenance import project_version
 
     asset_dir = Path(asset_dir)
     asset_dir.mkdir(parents=True, exist_ok=True)

@@ -8,9 +8,14 @@ GPU path (same forward, same `save_pretrained` layout, loadable by `AutoModelFor
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
+
+from runners.config import CONF_DIR
 
 # model config keys that become Qwen3Config fields, with the type each must have
 _SIZE_KEYS = (
@@ -89,3 +94,20 @@ def build_model(model_cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Qw
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of distinct parameters (a tied embedding/lm-head matrix counts once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+#: The embedded default's model, which the rehearsal trains too (its sizes are the model's config).
+DEFAULT_MODEL_YAML = CONF_DIR / "model" / "tiny_qwen3.yaml"
+#: The keys of a model yaml that are its shape (the names of a Hugging Face config.json).
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "tie_word_embeddings")
+
+
+def shape_config(model_yaml: Path = DEFAULT_MODEL_YAML) -> dict[str, Any]:
+    """The tiny model's shape as config.json keys: the yaml's sizes and the character vocabulary's size."""
+    from omegaconf import OmegaConf
+
+    from runners.tiny.tokenizer import build_tokenizer
+
+    tiny = OmegaConf.load(model_yaml)
+    return {**{k: tiny[k] for k in SHAPE_KEYS}, "vocab_size": len(build_tokenizer())}

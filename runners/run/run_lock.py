@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from runners.run_record import utc_now
+from runners.run.run_record import utc_now
 
 #: This process's held locks: lock path -> (open descriptor, nesting depth).
 _HELD: dict[Path, list[int]] = {}

@@ -4,10 +4,10 @@ A run folder records its whole resolved config in ``config.yaml``. When a later 
 adds a key, a folder written before it lacks the key, although the run behaved in one definite way. Two
 readers need that way as a value:
 
-- the launcher's resume check (:func:`runners.run_folder.plan`): the same command must still resume an
+- the launcher's resume check (:func:`runners.run.run_folder.plan`): the same command must still resume an
   old folder, and a command that asks for the new behaviour must still be refused (it would change the
   run midway);
-- the report's peer keys (:mod:`runners.peer_keys`): an old run is pooled only with runs that did the same.
+- the report's peer keys (:mod:`runners.run.peer_keys`): an old run is pooled only with runs that did the same.
 
 :data:`ADDED_KEYS` maps each such key to a function of the old config that returns the value which
 reproduces what that run did. A key added with a default that changes nothing for old runs needs no

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from runners.run_contract import CHECKPOINTS_DIR
+from runners.run.run_contract import CHECKPOINTS_DIR
 
 _ATTEMPT = re.compile(r"^attempt-(\d{3,})$")
 

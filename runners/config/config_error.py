@@ -1,6 +1,6 @@
 """The error every config check raises: :class:`ConfigError`.
 
-Its own module so that every module that checks a config (``runners.validate``, ``runners.run_folder``)
+Its own module so that every module that checks a config (``runners.validate``, ``runners.run.run_folder``)
 can raise it without importing the others; ``runners.validate.ConfigError`` is the same class.
 """
 

@@ -5,7 +5,7 @@ Two halves of one mechanism, both read from the dataclasses below:
 * **types** — every group yaml names its schema first in its defaults list (``conf/method/*.yaml``:
   ``- base_method``; ``conf/config.yaml``: ``- base_config`` for seed, sweep, trainer, rollout, eval,
   scenario), so Hydra's composition converts and type-checks every value (``trainer.n=abc`` fails to
-  compose; :func:`runners.validate.compose_checked` words that error);
+  compose; :func:`runners.config.config_checks.compose_checked` words that error);
 * **allowed values and ranges** — a field's ``metadata["rule"]`` (a :class:`Rule`, written with
   :func:`choice`, :func:`at_least`, ...), checked by :func:`check`, once, from ``runners.validate``
   before any compute. :func:`check` also merges a node into its schema (the experiment's inline
@@ -13,7 +13,7 @@ Two halves of one mechanism, both read from the dataclasses below:
 
 A schema's field order is the order of its yaml's keys: the resolved config (``config.yaml`` of a
 run folder, whose hash names the run) is the same text as before the schema existed. Keys a code path
-reads with a default but no yaml sets (``runners.validate.OPTIONAL_KEYS``) are not fields: adding
+reads with a default but no yaml sets (``runners.config.config_checks.OPTIONAL_KEYS``) are not fields: adding
 them stays possible (``+model.rms_norm_eps=...``) and the resolved config of a run without them keeps
 its text. A key added to a group yaml must be added to its schema (composition rejects it otherwise).
 Cross-field rules (score centering vs ``rollout.top_p``, ...) live in ``runners.validate``.
@@ -359,7 +359,7 @@ class WarmstartConfig:
 
 @dataclass
 class TinyQwen3Config:
-    """``conf/model/tiny_qwen3.yaml``: the embedded backend's policy (``runners/local/model.py``)."""
+    """``conf/model/tiny_qwen3.yaml``: the embedded backend's policy (``runners/tiny/model.py``)."""
 
     name: str = MISSING
     hidden_size: int = at_least(1)
@@ -393,7 +393,7 @@ class ArithEvalSet:
 
 @dataclass
 class SyntheticArithConfig:
-    """``conf/data/synthetic_arith.yaml`` (``runners/local/task.py`` checks the template and set names)."""
+    """``conf/data/synthetic_arith.yaml`` (``runners/tiny/arithmetic_task.py`` checks the template and set names)."""
 
     name: str = MISSING
     digits: int = at_least(1)
@@ -405,7 +405,7 @@ class SyntheticArithConfig:
 
 @dataclass
 class SumScratchpadConfig:
-    """``conf/data/sum_scratchpad.yaml`` (``runners/local/scratchpad_task.py`` checks the rest)."""
+    """``conf/data/sum_scratchpad.yaml`` (``runners/tiny/scratchpad_task.py`` checks the rest)."""
 
     name: str = MISSING
     terms: int = between(2, 9, integer=True)

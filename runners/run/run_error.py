@@ -1,6 +1,6 @@
 """The error of a run that started and then stopped for a reason its message states in full: :class:`RunError`.
 
-Its own module (like ``runners.config_error``) so that a backend can raise it without importing the launcher.
+Its own module (like ``runners.config.config_error``) so that a backend can raise it without importing the launcher.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The run record: ``metrics.json`` of ``docs/run_contract.md`` (schema_version 1).
 
 Both backends write through :class:`RunRecord`, so the file has one shape whoever ran; the shape
-itself (version, skeleton, names) is :mod:`runners.run_contract`'s. The file
+itself (version, skeleton, names) is :mod:`runners.run.run_contract`'s. The file
 is replaced atomically (temporary file in the same folder, then ``os.replace``); a non-finite
-number is written as ``null`` and reported through the ``runners.run_record`` logger.
+number is written as ``null`` and reported through the ``runners.run.run_record`` logger.
 
 Every file written through :func:`atomic_write` gets the mode a plain ``open()`` would give it
 (``0o666`` less the process umask: 0644 by default), not the temporary file's 0600. A process killed
 mid-write leaves its temporary file (``.<name>.<8 random chars>.tmp``) behind;
 :func:`remove_stale_temp_files` removes such files, and must only be called by the run folder's
-lock holder (``runners.run_lock``), since a live writer's temporary file looks the same.
+lock holder (``runners.run.run_lock``), since a live writer's temporary file looks the same.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from runners.provenance import config_sha256
-from runners.run_contract import CONFIG_FILE, METRICS_FILE, SCHEMA_VERSION, new_record
+from runners.run.provenance import config_sha256
+from runners.run.run_contract import CONFIG_FILE, METRICS_FILE, SCHEMA_VERSION, new_record
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class RunRecord:
     ) -> RunRecord:
         """Load the run's ``metrics.json`` if present (a resume), else start a new record.
 
-        ``seed_fixes`` (``runners.run_contract.seed_fixes_record``): what the run's seed fixes, written
+        ``seed_fixes`` (``runners.run.run_contract.seed_fixes_record``): what the run's seed fixes, written
         as ``run.seed_fixes`` (also into a resumed record, which may predate it).
         """
         path = Path(run_dir) / METRICS_FILE

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig
 
-from runners.local.tokenizer import CHARACTERS
+from runners.tiny.tokenizer import CHARACTERS
 
 OPERATIONS: dict[str, tuple[str, Callable[[int, int], int]]] = {
     "add": ("+", lambda a, b: a + b),

@@ -15,7 +15,7 @@ carry up to log(5) nats of entropy, which is what gives score centering a prefix
 to correct (docs/drift_study.md).
 
 The problem space is every ordered tuple of terms (`max_term ** terms`), indexed in base
-`max_term`; held-out sets and the training stream come from `runners.local.task.SeededTask`.
+`max_term`; held-out sets and the training stream come from `runners.tiny.arithmetic_task.SeededTask`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
-from runners.local.task import Problem, SeededTask, _int_key
+from runners.tiny.arithmetic_task import Problem, SeededTask, _int_key
 
 TRAIN_DATA_SOURCE = "scratch_train"
 PROMPT_SUFFIX = "=? \\boxed{}"

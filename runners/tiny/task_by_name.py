@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from runners.local.scratchpad_task import ScratchpadSumTask
-from runners.local.task import ArithmeticTask, SeededTask
+from runners.tiny.arithmetic_task import ArithmeticTask, SeededTask
+from runners.tiny.scratchpad_task import ScratchpadSumTask
 
 
 def build_task(data_cfg: DictConfig) -> SeededTask:

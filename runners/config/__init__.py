@@ -1,0 +1,29 @@
+"""The config: what a run asks for, checked before any compute.
+
+* :mod:`~runners.config.schema` -- one dataclass per config group (types, allowed values, ranges),
+  registered in Hydra's ConfigStore;
+* :mod:`~runners.config.config_checks` -- the checks of a config by itself (schema, arm, cross-field rules,
+  command-line keys) and the backend a config names;
+* :mod:`~runners.config.config_error` -- :class:`ConfigError`, raised by every config check;
+* :mod:`~runners.config.config_history` -- keys added to the config after run folders were written, and what a
+  run without them did;
+* :mod:`~runners.config.hydra_override` -- Python values <-> Hydra override strings, outside a Hydra app.
+
+The checks of a whole launch (these, the trackers, the run folder, the backend's own) are ``runners/validate.py``,
+beside the launcher, because they read every room. :data:`CONF_DIR` is the config groups' folder;
+:func:`is_rehearsal` tells a rehearsal's config (``backend.platform=cpu``).
+"""
+
+from pathlib import Path
+from typing import Any
+
+#: The Hydra config groups (``conf/``).
+CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
+
+
+def is_rehearsal(cfg: Any) -> bool:
+    """Does ``cfg`` launch the rehearsal: the verl launch on a CPU (``backend.platform=cpu``,
+    :mod:`runners.verl_cpu.rehearsal`)?"""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, "backend.platform", default="gpu") == "cpu"
