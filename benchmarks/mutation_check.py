@@ -110,8 +110,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_capacity_count.py",)),
     Mutation("capacity_refusal_ignored", "a launch whose capacity plan does not fit is not refused",
              "runners/verl_backend/checks.py",
-             "    if reason is not None and enforce:\n        raise ValueError(reason)",
-             "    if reason is not None and enforce and False:\n        raise ValueError(reason)",
+             "    if reason is not None and enforce:\n        raise ConfigError(reason)",
+             "    if reason is not None and enforce and False:\n        raise ConfigError(reason)",
              ("tests/test_capacity.py",)),
 )
 
