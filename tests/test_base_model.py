@@ -93,10 +93,10 @@ import json, sys
 from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
-from runners import validate as validation
+from runners.config import CONF_DIR
 from runners.local.backend import LocalRun
 out, threads = Path(sys.argv[1]), int(sys.argv[2])
-with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
+with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
     cfg = compose(config_name="config", overrides=[f"results_root={out}", f"backend.threads={threads}"])
 run = LocalRun(cfg, out / "run", "probe")
 run.evaluate()

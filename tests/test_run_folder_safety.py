@@ -95,7 +95,7 @@ def read_train(run_dir: Path) -> list[dict]:
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from runners import run_lock
+    from runners.run import run_lock
     with run_lock.hold(sys.argv[1]):
         print("locked", flush=True)
         time.sleep(600)
@@ -173,7 +173,8 @@ VERL_LAUNCHER = textwrap.dedent("""
     import sys
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
-    from runners.validate import CONF_DIR, run_dir_of
+    from runners.config import CONF_DIR
+    from runners.validate import run_dir_of
     from runners.verl_backend.launch import launch
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=sys.argv[1:])
