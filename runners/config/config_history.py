@@ -16,6 +16,7 @@ entry (the absent key and the default then differ, and the folder is refused, na
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,7 +38,7 @@ ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a nested config (a run's ``config.yaml``) with every key of :data:`ADDED_KEYS` that it
     lacks set to what the run did. Keys present are left as they are."""
-    out: dict[str, Any] = _copy(config)
+    out: dict[str, Any] = copy.deepcopy(dict(config))
     for dotted, value_of in ADDED_KEYS.items():
         *parents, leaf = dotted.split(".")
         node: Any = out
@@ -50,10 +51,3 @@ def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
                 node[leaf] = value_of(config)
     return out
 
-
-def _copy(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {k: _copy(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_copy(v) for v in node]
-    return node

@@ -75,20 +75,21 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: list(node) if isinstance(node, tuple) else node}
 
 
-def _under(key: str, roots: Iterable[str]) -> bool:
+def under(key: str, roots: Iterable[str]) -> bool:
+    """Whether dotted ``key`` is one of ``roots`` or a key under one of them."""
     return any(key == r or key.startswith(r + ".") for r in roots)
 
 
 def is_pooling_key(key: str) -> bool:
     """Whether ``key`` (dotted) can change a number in the report (not inert, not the arm's own)."""
-    return not _under(key, INERT_KEYS) and key not in ARM_KEYS
+    return not under(key, INERT_KEYS) and key not in ARM_KEYS
 
 
 def setting(config: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The pooling keys of a resolved config and their values (keys under ``exclude`` left out too)."""
     exclude = tuple(exclude)
     flat = flatten(with_added_keys(config))  # a run written before a key existed: what it did
-    return {k: v for k, v in flat.items() if is_pooling_key(k) and not _under(k, exclude)}
+    return {k: v for k, v in flat.items() if is_pooling_key(k) and not under(k, exclude)}
 
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:

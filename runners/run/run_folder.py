@@ -40,6 +40,7 @@ from omegaconf import OmegaConf
 
 from runners.config.config_error import ConfigError
 from runners.config.config_history import ADDED_KEYS, with_added_keys
+from runners.run.peer_keys import under
 from runners.run.provenance import config_sha256
 from runners.run.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
 from runners.run.run_record import (
@@ -64,10 +65,6 @@ def _flatten(d: object, prefix: str = "") -> dict[str, object]:
             out.update(_flatten(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: d}
-
-
-def _under(key: str, roots: frozenset[str]) -> bool:
-    return any(key == r or key.startswith(r + ".") for r in roots)
 
 
 def completed_steps_evidence(run_dir: Path) -> str | None:
@@ -108,7 +105,7 @@ def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
     old = _flatten(with_added_keys(OmegaConf.to_container(OmegaConf.load(path))))
     new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     differ = sorted(k for k in old.keys() | new.keys()
-                    if not _under(k, insensitive) and old.get(k, "<absent>") != new.get(k, "<absent>"))
+                    if not under(k, insensitive) and old.get(k, "<absent>") != new.get(k, "<absent>"))
     if not differ:
         return "resume"
     if evidence is None:

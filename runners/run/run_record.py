@@ -222,14 +222,20 @@ class RunRecord:
 
 
 # -- config.yaml against the record -----------------------------------------------------------
-def recorded_config_sha256(run_dir: Path) -> str | None:
-    """``run.config_sha256`` of ``run_dir``'s ``metrics.json``; None when the file, or that field, is absent
-    or unreadable (the contract checker reports those)."""
+def recorded_run(run_dir: Path) -> dict[str, Any] | None:
+    """The ``run`` section of ``run_dir``'s ``metrics.json``; None when the file or the section is absent or
+    unreadable (the contract checker reports those)."""
     try:
         run = json.loads((Path(run_dir) / METRICS_FILE).read_text()).get("run")
     except (OSError, ValueError, AttributeError):
         return None
-    sha = run.get("config_sha256") if isinstance(run, dict) else None
+    return run if isinstance(run, dict) else None
+
+
+def recorded_config_sha256(run_dir: Path) -> str | None:
+    """``run.config_sha256`` of ``run_dir``'s ``metrics.json``; None when the file, or that field, is absent
+    or unreadable."""
+    sha = (recorded_run(run_dir) or {}).get("config_sha256")
     return sha if isinstance(sha, str) and sha else None
 
 

@@ -89,15 +89,10 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
 def finished(run_dir: Path, total_steps: int) -> bool:
     """Whether the record in ``run_dir`` is of a run that finished ``total_steps`` (the launcher's checks
     have already found the same config): the same command then starts no verl attempt (docs/resuming.md)."""
-    import json
+    from runners.run.run_record import recorded_run
 
-    from runners.run.run_contract import METRICS_FILE
-
-    try:
-        run = json.loads((Path(run_dir) / METRICS_FILE).read_text(encoding="utf-8"))["run"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    last = run.get("last_step") if isinstance(run, dict) else None
+    run = recorded_run(run_dir) or {}
+    last = run.get("last_step")
     return run.get("status") == "finished" and isinstance(last, int) and last >= total_steps
 
 
