@@ -57,8 +57,7 @@ def scoring(sweep: Sweep, runs: Sequence[str]) -> dict[str, str]:
 
 
 def _scored_alike(reference: dict[str, str], other: dict[str, str], what: str, allow: bool) -> None:
-    differ = {k: (reference.get(k, "<absent>"), other.get(k, "<absent>"))
-              for k in sorted(reference.keys() | other.keys()) if reference.get(k) != other.get(k)}
+    differ = peer_keys.differences(reference, other)
     if differ and not allow:
         shown = "; ".join(f"{k}: {a} (reference) vs {b}" for k, (a, b) in differ.items())
         raise ValueError(f"{what} was scored differently from the reference ({shown}): its numbers are not "
