@@ -109,7 +109,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "from runners.capacity.shapes import PUBLISHED as SHAPES", "from runners.capacity.shape import PUBLISHED as SHAPES",
              ("tests/test_capacity_count.py",)),
     Mutation("capacity_refusal_ignored", "a launch whose capacity plan does not fit is not refused",
-             "runners/verl_backend/checks.py",
+             "runners/capacity/plan.py",
              "    if reason is not None and enforce:\n        raise ConfigError(reason)",
              "    if reason is not None and enforce and False:\n        raise ConfigError(reason)",
              ("tests/test_capacity.py",)),

@@ -79,7 +79,7 @@ def test_a_capacity_plan_that_cannot_be_computed_is_a_config_error(tmp_path, mon
 
     monkeypatch.setattr(capacity, "plan", overflow)
     with pytest.raises(ConfigError, match="the capacity plan cannot be computed from this config"):
-        checks.check_capacity(verl_cfg(tmp_path, method="pg"))
+        capacity.check_fits(verl_cfg(tmp_path, method="pg"))
 
 
 @pytest.mark.parametrize("heads,kv,tp,gpus,ok", [

@@ -67,17 +67,24 @@ class Inputs:
 
 
 
-def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
-    """The trained model's shape: the rehearsal's tiny Qwen3 (:func:`runners.tiny.model.shape_config`: its yaml and tokenizer), else ``model.path``'s
-    config.json (:func:`runners.capacity.shapes.shape_of`); ``ValueError`` naming ``model.path`` when unknown."""
+def known_shape(cfg: DictConfig) -> tuple[ModelShape, str] | None:
+    """``(shape, where it was read)`` of the trained model: the rehearsal's tiny Qwen3
+    (:func:`runners.tiny.model.shape_config`: its yaml and tokenizer), else ``model.path``'s config.json
+    (:func:`runners.capacity.shapes.shape_of`); None when no config.json is found (before verl downloads it),
+    a :class:`ModelConfigError` naming ``model.path`` for one that is found but gives no shape."""
     if is_rehearsal(cfg):  # the rehearsal trains the tiny model
         from runners.tiny.model import DEFAULT_MODEL_YAML, shape_config
 
         return ModelShape.from_config(shape_config()), str(DEFAULT_MODEL_YAML)
     try:
-        found = shape_of(str(cfg.model.path))
+        return shape_of(str(cfg.model.path))
     except ModelConfigError as err:
         raise ModelConfigError(f"model.path={cfg.model.path}: {err}") from None
+
+
+def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
+    """:func:`known_shape`, where an unknown shape is a ``ValueError`` naming ``model.path``."""
+    found = known_shape(cfg)
     if found is None:
         raise ModelConfigError(f"model.path={cfg.model.path}: no config.json to plan the launch's capacity from (not a local "
                          "folder, not in the Hugging Face cache offline, not a published shape of "

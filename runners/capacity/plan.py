@@ -3,7 +3,8 @@
 :func:`plan` is the estimate of :mod:`~runners.capacity.estimate` (memory per trainer and rollout GPU, the
 requests in flight, the time with its range, the disk) plus, for a side that does not fit, the fixes of
 :mod:`~runners.capacity.fixes`, each checked by the launcher's checks and re-planned. :func:`refusal` is the
-launch's check (``backend.capacity.enforce``); :func:`markdown` is ``capacity.md``.
+launch's verdict and :func:`check_fits` the launch check that applies it (``backend.capacity.enforce``);
+:func:`markdown` is ``capacity.md``.
 
 The names of the estimate (:class:`Inputs`, :func:`inputs_of`, :func:`evaluate`, :func:`model_shape`) are
 importable from here as before.
@@ -12,6 +13,7 @@ importable from here as before.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +27,17 @@ from runners.capacity.estimate import (  # noqa: F401  (the names of the estimat
     evaluate,
     gb,
     inputs_of,
+    known_shape,
     limiting_term,
     model_shape,
     rollout_side,
     time_side,
     trainer_side,
 )
+from runners.config import is_rehearsal
+from runners.config.config_error import ConfigError
+
+log = logging.getLogger(__name__)
 
 JSON, MARKDOWN = "capacity.json", "capacity.md"
 ESTIMATE = ("an estimate from closed-form terms (runners/capacity, docs/capacity.md), not a measurement: "
@@ -105,6 +112,44 @@ def refusal(p: dict[str, Any]) -> str | None:
         return None
     return (f"the capacity plan of {p['run']} does not fit: " + " | ".join(reasons)
             + " (the plan is an estimate: see capacity.md; backend.capacity.enforce=false launches anyway)")
+
+
+def check_fits(cfg: DictConfig) -> None:
+    """The launch check (``runners.verl_backend.checks``): a GPU launch whose plan does not fit is a
+    :class:`ConfigError` (:func:`refusal`), a warning with ``backend.capacity.enforce=false``. A dry run writes
+    the plan instead of refusing (``capacity.md``), but its plan must be computable before the dry run writes or
+    moves anything, unless the model's shape is unknown (no config.json before verl downloads it: the dry run
+    writes "Capacity plan: none"). The CPU rehearsal has no GPU to fit."""
+    if is_rehearsal(cfg):
+        return
+    if cfg.backend.dry_run:
+        if known_shape(cfg) is None:
+            return
+        try:
+            plan(cfg)
+        except ConfigError:
+            raise
+        except (ArithmeticError, TypeError, KeyError, ValueError) as err:
+            raise ConfigError(f"the capacity plan cannot be computed from this config ({type(err).__name__}: {err}); "
+                              "check backend.capacity.*, gpu.* and the model's config.json") from err
+        return
+    enforce = bool(cfg.backend.capacity.enforce)
+    try:
+        reason = refusal(plan(cfg))
+    except ConfigError:
+        raise
+    except ValueError as err:  # the model's shape is unknown before verl downloads it
+        if enforce:
+            raise ConfigError(str(err)) from err
+        log.warning("no capacity plan: %s", err)
+        return
+    except ArithmeticError as err:  # numbers the plan cannot use (the schema refuses inf and nan before)
+        raise ConfigError(f"the capacity plan cannot be computed from this config: {type(err).__name__}: {err}; "
+                          "check backend.capacity.*, gpu.* and the model's config.json") from err
+    if reason is not None and enforce:
+        raise ConfigError(reason)
+    if reason is not None:
+        log.warning("%s; launching anyway (backend.capacity.enforce=false)", reason)
 
 
 def markdown(p: dict[str, Any]) -> str:

@@ -232,6 +232,14 @@ def recorded_run(run_dir: Path) -> dict[str, Any] | None:
     return run if isinstance(run, dict) else None
 
 
+def finished(run_dir: Path, total_steps: int) -> bool:
+    """Whether ``run_dir``'s record is of a run that finished ``total_steps`` steps (``run.status`` finished,
+    ``run.last_step >= total_steps``)."""
+    run = recorded_run(run_dir) or {}
+    last = run.get("last_step")
+    return run.get("status") == "finished" and isinstance(last, int) and last >= total_steps
+
+
 def recorded_config_sha256(run_dir: Path) -> str | None:
     """``run.config_sha256`` of ``run_dir``'s ``metrics.json``; None when the file, or that field, is absent
     or unreadable."""

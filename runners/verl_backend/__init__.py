@@ -27,6 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from runners.config import is_rehearsal
+from runners.run.run_record import finished
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
                      len(report["rehearsal"]["difference"]), ", ".join(s["name"] for s in report["rehearsal"]["swaps"]),
                      run_dir / "verl" / "dry_run" / "rehearsal_difference.txt")
         return
-    if finished(run_dir, int(cfg.trainer.total_steps)):
+    if finished(run_dir, int(cfg.trainer.total_steps)):  # same config (the launcher checked): no attempt, docs/resuming.md
         log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
                  "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
         return
@@ -86,14 +87,4 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
     launch(cfg, run_dir)
 
 
-def finished(run_dir: Path, total_steps: int) -> bool:
-    """Whether the record in ``run_dir`` is of a run that finished ``total_steps`` (the launcher's checks
-    have already found the same config): the same command then starts no verl attempt (docs/resuming.md)."""
-    from runners.run.run_record import recorded_run
-
-    run = recorded_run(run_dir) or {}
-    last = run.get("last_step")
-    return run.get("status") == "finished" and isinstance(last, int) and last >= total_steps
-
-
-__all__ = ["finished", "run", "validate"]
+__all__ = ["run", "validate"]

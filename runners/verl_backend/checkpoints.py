@@ -33,6 +33,7 @@ import argparse
 import json
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -43,7 +44,6 @@ from runners.run.checkpoint_selection import TEST_SET_SELECTION, best_steps, eva
 from runners.run.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
 from runners.run.run_record import atomic_write_text, utc_now
 from runners.verl_backend import run_files
-from runners.verl_backend.child_process import run_logged
 from runners.verl_backend.export_check import VERIFICATION_FILE, ExportError, verify_export
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
@@ -93,11 +93,11 @@ class RetentionPlan:
         return d
 
 
-def plan_retention(run_dir: Path, keep_latest: int, keep_best: int, *, ckpt_dir: Path | None = None) -> RetentionPlan:
+def plan_retention(run_dir: Path, keep_latest: int, keep_best: int) -> RetentionPlan:
     """Which checkpoints to keep (with the reasons) and which to delete; deletes nothing."""
     if keep_latest < 1 or keep_best < 0:
         raise CheckpointError(f"keep_latest must be >= 1 and keep_best >= 0, got {keep_latest}, {keep_best}")
-    ckpt_dir = Path(ckpt_dir) if ckpt_dir else run_files.checkpoints_dir(run_dir)
+    ckpt_dir = run_files.checkpoints_dir(run_dir)
     steps = list(list_checkpoints(ckpt_dir))
     plan = RetentionPlan(ckpt_dir=str(ckpt_dir), keep_latest=keep_latest, keep_best=keep_best)
     for s in steps[-keep_latest:]:
@@ -130,14 +130,16 @@ def apply_retention(plan: RetentionPlan) -> list[Path]:
 
 
 # -- export ---------------------------------------------------------------------------------------
-def merger_command(actor_dir: Path, target_dir: Path, python: str | None = None) -> list[str]:
-    return [python or sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+def merger_command(actor_dir: Path, target_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
             "--local_dir", str(actor_dir), "--target_dir", str(target_dir)]
 
 
 def run_subprocess(cmd: list[str], log_path: Path) -> None:
     """Run ``cmd`` with its output in ``log_path``; a non-zero exit raises :class:`CheckpointError`."""
-    if (code := run_logged(cmd, log_path)) != 0:
+    with log_path.open("w") as log:
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if code != 0:
         raise CheckpointError(f"{' '.join(cmd)} exited with {code}; log {log_path}:\n{log_path.read_text()[-2000:]}")
 
 
@@ -159,8 +161,7 @@ def resolve_step(run_dir: Path, step: str | int, ckpt_dir: Path) -> tuple[int, s
     return s, "chosen by step number"
 
 
-def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path | None = None,
-                      ckpt_dir: Path | None = None, force: bool = False,
+def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path | None = None, force: bool = False,
                       runner: Callable[[list[str], Path], None] = run_subprocess, load_check: str = "auto") -> Path:
     """Export one checkpoint to BF16 safetensors with ``verification.json``; returns that file's path.
 
@@ -168,7 +169,7 @@ def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path 
     ``load_check`` is ``auto`` (GPU if available, else skipped), ``cpu`` or ``skip``.
     """
     run_dir = Path(run_dir).resolve()
-    ckpt_dir = Path(ckpt_dir) if ckpt_dir else run_files.checkpoints_dir(run_dir)
+    ckpt_dir = run_files.checkpoints_dir(run_dir)
     s, selection = resolve_step(run_dir, step, ckpt_dir)
     actor = ckpt_dir / f"global_step_{s}" / "actor"
     out_dir = Path(out_dir) if out_dir else run_dir / EXPORT_DIR

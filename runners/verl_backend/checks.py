@@ -2,36 +2,34 @@
 
 Every error is a :class:`~runners.config.config_error.ConfigError` (a ``ValueError``) naming the key and what it
 allows; the launcher prints it as ``config error: <key> ...`` and exits with status 2. ``runners.validate`` has run
-first (the schema, the arm, the rules every backend shares); the checks that need verl's composed
-config run in the dry run. These are the verl backend's own rules across keys: what
-``separate_async``, the file logger and the evaluation sets need, what score centering needs of the
-keys the project sets (:data:`~runners.verl_backend.sc_requirements.SC_REQUIRES`, for the arm's head
-transport), that the installed verl can carry an SC arm's head on a real launch (the error names what
-it lacks), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_cpu.rehearsal.check`),
-and that a GPU launch fits its GPUs (:func:`check_capacity`, the capacity plan of :mod:`runners.capacity`;
-a dry run's plan is computed here too, so a plan that cannot be computed is a config error before the dry
-run writes or moves anything).
+first (the schema, the arm, the rules every backend shares); the checks that need verl's composed config run in
+the dry run. These are the verl backend's own rules across keys: what ``separate_async``, the file logger and the
+evaluation sets need, what score centering needs of the keys the project sets
+(:data:`~runners.verl_backend.sc_requirements.SC_REQUIRES`, for the arm's head transport), that the installed verl
+can carry an SC arm's head on a real launch (the error names what it lacks), ``method.top_k`` against the
+vocabulary (:mod:`runners.verl_backend.vocabulary`), what ``backend.extra_overrides`` may hold
+(:func:`extra_overrides`), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_cpu.rehearsal.check`),
+and that a GPU launch fits its GPUs (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
+too, so a plan that cannot be computed is a config error before the dry run writes or moves anything).
 
-The checks a GPU would otherwise make (:func:`check_model_parallelism`): vLLM's tensor parallelism splits
-the attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split when there are at least
-TP of them (``num_key_value_heads % TP == 0``) and replicated otherwise (``TP % num_key_value_heads == 0``)
--- vLLM's own rule (``ModelConfig.verify_with_parallel_config``, ``QKVParallelLinear``); verl's Ulysses
-sequence parallelism (``actor_rollout_ref.actor.ulysses_sequence_parallel_size``, through
-``backend.extra_overrides``) by the same rule, and it divides the trainer GPUs; without dynamic batch sizes
-the per-GPU micro-batch divides each GPU's share of a mini-batch (verl's FSDP worker asserts it).
-``backend.extra_overrides`` must parse as verl overrides, and for an SC arm on the project's transport
-cannot lower vLLM's ``max_logprobs`` below ``method.top_k`` (vLLM refuses the request).
+The checks a GPU would otherwise make (:func:`check_model_parallelism`): vLLM's tensor parallelism splits the
+attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split when there are at least TP of them
+(``num_key_value_heads % TP == 0``) and replicated otherwise (``TP % num_key_value_heads == 0``) -- vLLM's own
+rule (``ModelConfig.verify_with_parallel_config``, ``QKVParallelLinear``); verl's Ulysses sequence parallelism
+(``actor_rollout_ref.actor.ulysses_sequence_parallel_size``, through ``backend.extra_overrides``) by the same
+rule, and it divides the trainer GPUs; without dynamic batch sizes the per-GPU micro-batch divides each GPU's
+share of a mini-batch (verl's FSDP worker asserts it).
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from runners.capacity.plan import check_fits, known_shape
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
@@ -42,7 +40,6 @@ from runners.verl_cpu import rehearsal
 from runners.verl_revisions import config_facts, installed
 
 _MISSING = object()
-log = logging.getLogger(__name__)
 
 
 def _value(cfg: DictConfig, key: str) -> Any:
@@ -117,7 +114,7 @@ def validate(cfg: DictConfig) -> None:
     extra = extra_overrides(cfg)
     check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_backend/vocabulary.py)
     check_model_parallelism(cfg, extra)
-    check_capacity(cfg)  # before the data: no point preparing data for GPUs the launch cannot fit
+    check_fits(cfg)  # the capacity plan; before the data: no point preparing data for GPUs the launch cannot fit
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
     if is_rehearsal(cfg):
         rehearsal.check(cfg)
@@ -160,22 +157,6 @@ def _splits_heads(size: int, heads: int, kv_heads: int) -> str | None:
     return None
 
 
-def known_shape(cfg: DictConfig) -> tuple[Any, str] | None:
-    """``(shape, where it was read)`` of the launch's model (the rehearsal's tiny Qwen3, else ``model.path``'s
-    config.json: :func:`runners.capacity.shapes.shape_of`), None when no config.json is found (before verl
-    downloads it); a config.json that is found but gives no shape is a config error naming ``model.path``."""
-    from runners.capacity.plan import model_shape
-    from runners.capacity.shapes import shape_of
-
-    if is_rehearsal(cfg):
-        return model_shape(cfg)
-    try:
-        return shape_of(str(_value(cfg, "model.path")))
-    except ConfigError as err:
-        message = str(err)
-        raise ConfigError(message if message.startswith("model.path") else f"model.path={cfg.model.path}: {message}") from None
-
-
 def check_model_parallelism(cfg: DictConfig, extra: dict[str, Any]) -> None:
     """Tensor parallelism of the rollout, sequence parallelism and micro-batches of the trainer against the
     model and the batch (the module doc); skipped where the model's shape is unknown before verl downloads it."""
@@ -212,52 +193,3 @@ def check_model_parallelism(cfg: DictConfig, extra: dict[str, Any]) -> None:
     if sp > 1 and (why := _splits_heads(sp, heads, kv)) is not None:
         _fail("backend.extra_overrides", f"{SEQUENCE_PARALLEL}={sp}", f"Ulysses sequence parallelism splits the heads, "
               f"and {why} (model.path={cfg.model.path}, shape from {source})")
-
-
-def check_capacity(cfg: DictConfig) -> None:
-    """Refuse a GPU launch whose capacity plan does not fit (``runners.capacity``), naming the limiting term and
-    the knobs; with ``backend.capacity.enforce=false`` warn instead. The dry run writes the plan instead of
-    refusing (``capacity.md``), but the plan must be computable (:func:`check_plan`) before the dry run
-    writes or moves anything; the CPU rehearsal has no GPU to fit."""
-    if is_rehearsal(cfg):
-        return
-    if cfg.backend.dry_run:
-        check_plan(cfg)
-        return
-    from runners.capacity import plan as capacity
-
-    enforce = bool(_value(cfg, "backend.capacity.enforce"))
-    try:
-        reason = capacity.refusal(capacity.plan(cfg))
-    except ConfigError:
-        raise
-    except ValueError as err:  # the model's shape is unknown before verl downloads it
-        if enforce:
-            raise ConfigError(str(err)) from err
-        log.warning("no capacity plan: %s", err)
-        return
-    except ArithmeticError as err:  # numbers the plan cannot use (the schema refuses inf and nan before)
-        raise ConfigError(f"the capacity plan cannot be computed from this config: {type(err).__name__}: {err}; "
-                          "check backend.capacity.*, gpu.* and the model's config.json") from err
-    if reason is not None and enforce:
-        raise ConfigError(reason)
-    if reason is not None:
-        log.warning("%s; launching anyway (backend.capacity.enforce=false)", reason)
-
-
-def check_plan(cfg: DictConfig) -> None:
-    """Compute a dry run's capacity plan during validation, before the dry run writes or moves anything: a plan
-    that cannot be computed is a :class:`~runners.config.config_error.ConfigError`. A model whose shape is unknown (no
-    config.json before verl downloads it) is no error: the dry run writes "Capacity plan: none" with the reason
-    (:func:`runners.verl_backend.dry_run.capacity_summary`)."""
-    from runners.capacity import plan as capacity
-
-    if known_shape(cfg) is None:
-        return
-    try:
-        capacity.plan(cfg)
-    except ConfigError:
-        raise
-    except (ArithmeticError, TypeError, KeyError, ValueError) as err:
-        raise ConfigError(f"the capacity plan cannot be computed from this config ({type(err).__name__}: {err}); "
-                          "check backend.capacity.*, gpu.* and the model's config.json") from err

@@ -1,4 +1,4 @@
-"""Child processes: output to a log file (with a progress bar while following it); stopping a process group."""
+"""Child processes: following one's output into a log file with a progress bar; stopping a process group."""
 
 from __future__ import annotations
 
@@ -6,14 +6,10 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
-
-
-def run_logged(cmd: list[str], log_path: Path) -> int:
-    """Run ``cmd`` to completion with its stdout and stderr in ``log_path``; return its exit status."""
-    with log_path.open("w") as log:
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
 
 
 class OutputFollower(threading.Thread):
@@ -67,8 +63,6 @@ class GroupReaper:
     """
 
     def __init__(self, pgid: int, grace_s: float = 10.0):
-        import sys
-
         read_end, self._write_end = os.pipe()
         try:
             self.watchdog = subprocess.Popen([sys.executable, "-m", "runners.verl_backend.child_process", "reap", str(pgid),
@@ -85,9 +79,6 @@ class GroupReaper:
 
 def _reap(pgid: int, grace_s: float) -> None:
     """The watchdog: wait for end of file on stdin, then stop process group ``pgid``."""
-    import sys
-    import time
-
     while sys.stdin.buffer.read(1 << 16):
         pass
     try:
@@ -108,7 +99,5 @@ def _reap(pgid: int, grace_s: float) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     if sys.argv[1:2] == ["reap"]:
         _reap(int(sys.argv[2]), float(sys.argv[3]))

@@ -1,12 +1,10 @@
 """``backend.dry_run=true``: write the exact launch, then check it against the installed verl.
 
-What is written into ``<run_dir>/verl/dry_run/`` and checked: docs/verl_reference.md, "What the dry
-run checks". The check runs in a fresh Python process with the launch's own environment, so verl
-is imported exactly as the real driver imports it (the project's losses register; on a verl with
-score-centering support the seam installs). Keys that exist only in newer verl
-(:data:`~runners.verl_revisions.newer_keys.NEWER_KEYS`) are kept out of the composition where the
-installed verl lacks them and checked against the table, and a score-centering setting against
-the rules newer verl enforces (:data:`~runners.verl_backend.sc_requirements.SC_REQUIRES`). No Ray, no GPU.
+What is written into ``<run_dir>/verl/dry_run/`` and checked, in a fresh Python process with the launch's own
+environment (verl imported as the real driver imports it): docs/verl_reference.md, "What the dry run checks".
+Keys that exist only in newer verl (:data:`~runners.verl_revisions.newer_keys.NEWER_KEYS`) are kept out of the
+composition where the installed verl lacks them and checked against the table, and a score-centering setting
+against the rules newer verl enforces (:data:`~runners.verl_backend.sc_requirements.SC_REQUIRES`). No Ray, no GPU.
 
 ``python -m runners.verl_backend.dry_run <request.json>`` is that checking process.
 """
@@ -122,6 +120,8 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
     """What the arm's head transport (``transport``: a :class:`~runners.verl_revisions.installed.Transport`
     name, None for an arm without score centering) would reject in this setting; verl's own score-centering
     keys set without it are a problem too."""
+    from ablations.losses import ARM_LOSSES
+
     get = lambda key, absent=None: OmegaConf.select(cfg, key, default=absent)  # noqa: E731
     on = [bool(get(key, False)) for key in (newer_keys.DRIVER_SC_KEY, newer_keys.ACTOR_SC_KEY)]
     if transport is None:
@@ -159,8 +159,8 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
         if not ok:
             problems.append(f"the project's SC+TIS correction needs a single TIS cap > 0 in "
                             f"{config_facts.DRIVER_RC}.rollout_is_threshold, got {threshold!r}")
-    loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")
-    if loss_mode != "bypass_mode" and not sc_requirements.loss_takes_sc_correction(str(loss_mode)):
+    loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")  # its arm's declaration: @arm(..., sc=True)
+    if loss_mode != "bypass_mode" and not getattr(ARM_LOSSES.get(str(loss_mode)), "sc", False):
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss "
                         "that takes sc_correction")
     return problems
@@ -169,6 +169,8 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
 def head_transport_problems(cfg: DictConfig) -> list[str]:
     """The project's transport as the real launch loads it: the manager class from verl's config (the way
     verl's task runner loads it) and the head engine from verl's registry under the vendor key."""
+    from unittest import mock
+
     from verl.utils.import_utils import load_class_from_fqn
     from verl.workers.engine.base import EngineRegistry
 
@@ -178,19 +180,11 @@ def head_transport_problems(cfg: DictConfig) -> list[str]:
         load_class_from_fqn(fqn, "AgentLoopManager")
     except Exception as err:  # noqa: BLE001 - any failure to load it is a finding
         problems.append(f"the agent-loop manager class {fqn!r} does not load: {err}")
-    saved = {k: os.environ.get(k) for k in ("VERL_ENGINE_DEVICE", "VERL_ENGINE_VENDOR")}
-    os.environ.update(VERL_ENGINE_DEVICE="cuda", VERL_ENGINE_VENDOR=verl_head.ENGINE_VENDOR)
-    try:
+    with mock.patch.dict(os.environ, VERL_ENGINE_DEVICE="cuda", VERL_ENGINE_VENDOR=verl_head.ENGINE_VENDOR):
         engine = EngineRegistry.get_engine_cls("language_model", str(OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy")))
-        if engine.__module__ != "runners.verl_head.engine":
-            problems.append(f"verl's engine registry gives {engine.__qualname__} for vendor {verl_head.ENGINE_VENDOR!r}, "
-                            "not the project's head engine")
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    if engine.__module__ != "runners.verl_head.engine":
+        problems.append(f"verl's engine registry gives {engine.__qualname__} for vendor {verl_head.ENGINE_VENDOR!r}, "
+                        "not the project's head engine")
     return problems
 
 

@@ -48,8 +48,7 @@ def tensor_summary(model_dir: Path) -> dict[str, Any]:
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         wanted = set(json.loads(index.read_text())["weight_map"].values())
-        absent = sorted(wanted - {f.name for f in files})
-        if absent:
+        if absent := sorted(wanted - {f.name for f in files}):
             raise ExportError(f"{index}: shards {absent} are missing")
     dtypes: dict[str, int] = {}
     count = params = 0
@@ -103,8 +102,7 @@ def verify_export(model_dir: Path, *, source: dict[str, Any], config_file: Path,
     model_dir = Path(model_dir)
     files = sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != VERIFICATION_FILE)
     rel = [p.relative_to(model_dir).as_posix() for p in files]
-    optimizer = [r for r in rel if TRAINING_STATE_FILE.search(r)]
-    if optimizer:
+    if optimizer := [r for r in rel if TRAINING_STATE_FILE.search(r)]:
         raise ExportError(f"{model_dir}: export holds training state files {optimizer}")
     summary = tensor_summary(model_dir)
     if not summary["all_bf16"]:

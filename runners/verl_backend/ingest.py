@@ -1,10 +1,9 @@
 """verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (docs/run_contract.md).
 
-Inputs (paths from :mod:`runners.verl_backend.run_files`; the launcher sets the verl keys): the run's
-``config.yaml``; each attempt's ``verl/attempt-NNN/metrics.jsonl`` (verl's ``file`` logger);
-``verl/validation/<step>.jsonl`` (verl's validation dump); the optional train rollout dump
-``verl/rollouts/<step>.jsonl``; and ``checkpoints/latest_checkpointed_iteration.txt`` (the resume
-point of an attempt with no lines yet). :func:`ingest_run` rebuilds the whole record from these
+Inputs, in the run folder (:mod:`runners.verl_backend.run_files`): ``config.yaml``; each attempt's
+``verl/attempt-NNN/metrics.jsonl`` (verl's ``file`` logger); verl's validation dump and the optional train
+rollout dump (``verl/validation/`` and ``verl/rollouts/``, ``<step>.jsonl``); and verl's checkpoint tracker
+(the resume point of an attempt with no lines yet). :func:`ingest_run` rebuilds the whole record from these
 files each time it runs (idempotent), so it can run while verl runs (status ``running``) and after.
 CLI: ``python -m runners.verl_backend.ingest RUN_DIR [--status finished|failed] [--watch SECONDS]``.
 
@@ -73,7 +72,7 @@ from omegaconf import OmegaConf
 
 from runners.run import run_contract as rc
 from runners.run.provenance import config_sha256, versions
-from runners.run.run_record import RunRecord, write_text_if_changed
+from runners.run.run_record import RunRecord, recorded_run, write_text_if_changed
 from runners.verl_backend import run_files
 
 log = logging.getLogger(__name__)
@@ -484,14 +483,9 @@ def _config_text(cfg: Any) -> str:
 
 
 # -- the entry point ------------------------------------------------------------------------------
-def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rollout_dump_dir: Path | None = None
-               ) -> Path:
-    """Merge every attempt's verl logs of ``run_dir`` into its ``metrics.json``; return that path.
-
-    ``cfg`` is the resolved project config (read from ``run_dir/config.yaml`` when None).
-    ``status`` closes the record (``finished``/``failed``); None infers it (``finished`` once
-    ``trainer.total_steps`` steps are logged, else ``running``, unless an earlier call closed it).
-    """
+def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None) -> Path:
+    """Merge every attempt's verl logs of ``run_dir`` into its ``metrics.json``; return that path. ``cfg``:
+    the resolved project config (None: ``run_dir/config.yaml``); ``status``: ``run.status`` (the module doc)."""
     run_dir = Path(run_dir).resolve()
     cfg = load_config(run_dir) if cfg is None else cfg
     spec = RunSpec.from_cfg(cfg, run_dir)
@@ -503,13 +497,10 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
     if last > spec.total_steps:
         raise IngestError(f"{run_dir}: train reaches step {last} beyond trainer.total_steps {spec.total_steps}")
 
-    try:
-        previous = json.loads((run_dir / rc.METRICS_FILE).read_text()).get("run")
-    except (OSError, ValueError):  # no record yet, or an unreadable one
-        previous = None
+    previous = recorded_run(run_dir)  # None: no record yet, or an unreadable one
     run_status = _status(status, previous, len(logs), last, spec.total_steps)
 
-    rollout_dir = Path(rollout_dump_dir) if rollout_dump_dir else run_files.rollout_dump_dir(run_dir)
+    rollout_dir = run_files.rollout_dump_dir(run_dir)
     missing: dict[str, list[int]] = defaultdict(list)
     rows = [train_row(s, train[s], spec, rollout_dir, missing) for s in sorted(train)]
     for name, steps in missing.items():
@@ -551,8 +542,7 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None, rol
         record.add_val(row)
     prev_attempts = (previous or {}).get("attempts") or []
     record.data["run"]["attempts"] = build_attempts(run_dir, logs, prev_attempts, run_status, last)
-    record.data["run"]["status"] = run_status
-    record.data["run"]["last_step"] = last
+    record.data["run"]["status"] = run_status  # run.last_step: add_train kept it (rows 1..last, no gap)
 
     # order for readers watching the run: a val row appears only after its file, and a file goes
     # only after the record that referenced it is replaced

@@ -39,6 +39,7 @@ from runners.verl_backend import overrides as ovr
 from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.child_process import GroupReaper, OutputFollower, stop_group
 from runners.verl_cpu import rehearsal
+from runners.verl_revisions import installed
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,6 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
 
 def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     if ovr.is_score_centering(cfg):
-        from runners.verl_revisions import installed
-
         installed.require(f"method={cfg.method.name} (score centering)")  # before anything starts
     spec = build_spec(cfg, run_dir)
     paths = spec.paths

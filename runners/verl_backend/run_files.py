@@ -1,9 +1,6 @@
-"""Where a verl run keeps its files inside the run directory (docs/verl_reference.md, "Files of a verl run").
-
-``checkpoints/`` is ``trainer.default_local_dir``; ``verl/`` holds ``dry_run/``, ``validation/``
-(``trainer.validation_data_dir``), ``rollouts/`` (``trainer.rollout_data_dir``) and one
-``attempt-NNN/`` per launch of verl: ``launch.sh``, ``verl.log``, ``metrics.jsonl`` (the ``file``
-logger; it truncates on open, hence one per attempt) and ``hydra/`` (verl's own Hydra output).
+"""Where a verl run keeps its files inside the run directory: ``checkpoints/`` (``trainer.default_local_dir``) and
+``verl/`` (the dry run, verl's validation and rollout dumps, one ``attempt-NNN/`` per launch of verl); the tree and
+what each file holds: docs/verl_reference.md, "Files of a verl run".
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from runners.run.peer_keys import text as as_text
 from runners.verl_head import MANAGER_CLASS
 from runners.verl_revisions.config_facts import BYPASS_REINFORCE, DRIVER_RC, ROLLOUT
 
@@ -34,11 +35,6 @@ class Requirement:
         if isinstance(self.want, tuple):
             return "in {" + ", ".join(map(as_text, self.want)) + "}"
         return f"= {as_text(self.want)}"
-
-
-def as_text(value: Any) -> str:
-    """A config value the way the yaml writes it (true, null, 1.0)."""
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 FULL = "the head needs the full distribution"
@@ -76,12 +72,3 @@ SC_REQUIRES: tuple[Requirement, ...] = (
 )
 #: Keys 8718ca30 compares between the actor and the driver block as written (no defaults filled in).
 SC_SIDES_AGREE = ("bypass_mode", "loss_type", "rollout_is", "rollout_is_threshold")
-
-
-def loss_takes_sc_correction(loss_mode: str) -> bool:
-    """Does ``loss_mode`` take the ``sc_correction`` term (how 8718ca30's loss passes it)? Read from
-    the arm's declaration (``ablations.losses.arm(..., sc=True)``), like every other arm trait."""
-    from ablations.losses import ARM_LOSSES
-
-    spec = ARM_LOSSES.get(loss_mode)
-    return spec is not None and spec.sc

@@ -1,15 +1,13 @@
 """The seam: the project's score-centering correction in verl's logits-processor slot (verl 8718ca30).
 
-How verl computes the correction, read from its files, and what the project replaces: docs/verl_reference.md,
-"Score centering: where the project's correction plugs in". :func:`install` replaces
-``verl.trainer.ppo.score_centering.score_centering_logits_processor``, which verl's
-``score_centering_ppo_loss`` looks up by name at call time, with :func:`project_logits_processor`:
-the ``sc_correction`` verl passes to the registered policy loss is then the project's C
-(``ablations.score_centering``), and verl's own gather and correction never run. It runs at
-``import verl`` in every process of an SC arm (:mod:`runners.verl_backend.sc_hook`). Before patching
-it verifies the seam and raises :class:`~runners.verl_revisions.installed.ScoreCenteringUnsupported`
-otherwise: an SC arm never trains silently with verl's correction. Nothing from verl is imported at
-import time, so this module is importable on verl 0.9.1 (where :func:`install` raises the clear error).
+How verl computes the correction and what the project replaces: docs/verl_reference.md, "Score centering:
+where the project's correction plugs in". :func:`install` puts :func:`project_logits_processor` in place of
+``verl.trainer.ppo.score_centering.score_centering_logits_processor`` (looked up by name at call time), so the
+``sc_correction`` the registered loss receives is the project's C (``ablations.score_centering``). It runs at
+``import verl`` in every process of an SC arm (:mod:`runners.verl_backend.sc_hook`) and raises
+:class:`~runners.verl_revisions.installed.ScoreCenteringUnsupported` where the seam is not what it verifies: an SC
+arm never trains silently with verl's correction. Nothing from verl is imported at import time, so this module is
+importable on verl 0.9.1 (where :func:`install` raises the clear error).
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """``method.top_k`` against the vocabulary of the verl backend's model, before anything starts.
 
-The sampler's head (an SC arm's ``top_k`` log-probs per token; vLLM's ``max_logprobs``, which
-``runners.verl_backend.overrides`` sets to ``method.top_k`` for SC arms, so vLLM's own cap is the head
-size and needs no check of its own) cannot hold more ids than the logits have, and the logits have
-``vocab_size`` entries (the rows of the embedding and the LM head: Qwen3's 151,669 tokenizer tokens
-padded to 151,936). The schema has already checked ``method.top_k >= 1``.
-
-Where the vocabulary comes from (:func:`vocabulary`), first match:
-
-1. the rehearsal (``backend.platform=cpu``): the shipped tiny Qwen3 it trains, whose vocabulary is the
-   character tokenizer's (``runners/tiny/tokenizer.py``), written into ``model.path`` only later;
-2. the model's ``config.json`` as :func:`runners.capacity.shapes.find_config` finds it (a local folder,
-   the local Hugging Face cache offline, the published sizes of the Qwen3 dense models): its
-   ``vocab_size`` (or ``text_config.vocab_size``).
-
-Otherwise the vocabulary is unknown before verl downloads the config, and the check is skipped with
-a warning naming the key (an SC arm only: the other arms do not use ``method.top_k`` on verl).
+The sampler's head (an SC arm's ``top_k`` log-probs per token) cannot hold more ids than the logits have, and
+the logits have ``vocab_size`` entries (the rows of the embedding and the LM head: Qwen3's 151,669 tokenizer
+tokens padded to 151,936). vLLM's ``max_logprobs`` is ``method.top_k`` on SC arms
+(``runners.verl_backend.overrides``), so vLLM's own cap needs no check; the schema has checked ``method.top_k >= 1``.
 """
 
 from __future__ import annotations
@@ -28,6 +16,7 @@ from omegaconf import DictConfig
 from runners.capacity.shapes import find_config
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
+from runners.verl_backend.overrides import is_score_centering
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +27,11 @@ def _config_vocab(config: dict[str, Any]) -> int | None:
 
 
 def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
-    """``(vocab_size, where it was read)`` of the model a launch of ``cfg`` trains, or None when unknown
-    before verl loads the model's config (the module docstring gives the order)."""
-
+    """``(vocab_size, where it was read)`` of the model a launch of ``cfg`` trains: on the rehearsal the shipped tiny
+    Qwen3's (its character tokenizer's, ``runners/tiny/tokenizer.py``; written into ``model.path`` only later), else
+    ``vocab_size`` (or ``text_config.vocab_size``) of the ``config.json`` :func:`runners.capacity.shapes.find_config`
+    finds; None when unknown before verl downloads it (then :func:`check_top_k` warns, for an SC arm: the other arms
+    do not use ``method.top_k`` on verl)."""
     if is_rehearsal(cfg):
         from runners.tiny.tokenizer import build_tokenizer
 
@@ -54,8 +45,6 @@ def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
 def check_top_k(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` naming ``method.top_k`` when it exceeds the model's vocabulary; warn
     (SC arms) when the vocabulary cannot be known before the launch."""
-    from runners.verl_backend.overrides import is_score_centering
-
     k = int(cfg.method.top_k)
     found = vocabulary(cfg)
     if found is None:
