@@ -67,6 +67,10 @@ def sync(llm, state: dict[str, torch.Tensor]) -> None:
     receiver.join(timeout=120)
     assert not receiver.is_alive(), "the engine did not finish loading the sync"
     assert result["loaded"] == [len(state)]
+    from runners.verl_cpu.sync_log import weights_digest
+
+    # the digest the sync log records (runners/verl_vllm_cpu/server.py) is that of what was loaded
+    assert llm.collective_rpc("last_load_digest") == [weights_digest(state)]
 
 
 def engine_vs_hf(llm, hf, state, prompts) -> float:

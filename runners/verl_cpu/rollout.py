@@ -27,9 +27,6 @@ named ``cpu_hf_server_<rank>``):
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import time
 from typing import Any
 
 import numpy as np
@@ -41,7 +38,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from runners.verl_cpu import HEAD_ROLLOUT_NAME, ROLLOUT_NAME, SYNC_LOG, state_dir
+from runners.verl_cpu import HEAD_ROLLOUT_NAME, ROLLOUT_NAME
+from runners.verl_cpu.sync_log import append_sync, weights_digest
 from runners.verl_head import TOKEN_IDS, TOKEN_LOG_PROBS
 from runners.verl_head.vllm_head import requested_k
 
@@ -74,14 +72,6 @@ def processed_log_probs(logits: torch.Tensor, temperature: float, top_k: int, to
         drop = probs.cumsum(-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(0, order[drop], float("-inf"))
     return torch.log_softmax(logits, -1)
-
-
-def weights_digest(state: dict[str, torch.Tensor]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        digest.update(name.encode())
-        digest.update(state[name].detach().to(torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 class CpuHFServer:
@@ -161,12 +151,7 @@ class CpuHFServer:
             raise RuntimeError(f"weights do not fit the rollout model: missing {missing}, unexpected {unexpected}")
         if global_steps is not None:
             self.global_steps = global_steps
-        record = {"replica": self.replica_rank, "global_steps": global_steps, "weights": weights_digest(state),
-                  "time": time.time()}
-        folder = state_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / SYNC_LOG, "a") as log:
-            log.write(json.dumps(record) + "\n")
+        append_sync(self.replica_rank, global_steps, weights_digest(state))
         return len(state)
 
     async def set_global_steps(self, global_steps: int) -> None:

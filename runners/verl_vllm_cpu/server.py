@@ -1,7 +1,8 @@
 """verl 0.9.1's vLLM replica on vLLM's CPU build: the project's head-capturing server with the CPU weight loader.
 
 Once its engine is up the server unlinks the engine's shared-memory segments (:func:`unlink_engine_segments`),
-so none outlives the run, however it ends.
+so none outlives the run, however it ends; after every weight sync it appends the load to the rollout's
+sync log (:mod:`runners.verl_cpu.sync_log`), as the stand-in does.
 
 :class:`CpuVLLMServer` is :class:`runners.verl_head.vllm_server.HeadVLLMServer` (verl's ``vLLMHttpServer``
 that returns the SC head where a request asks for it and is plain verl otherwise) whose worker extension,
@@ -18,6 +19,7 @@ from typing import Any
 
 import ray
 
+from runners.verl_cpu.sync_log import append_sync
 from runners.verl_head.vllm_server import HeadVLLMReplica, HeadVLLMServer
 from runners.verl_vllm_cpu.segments import unlink_engine_segments
 from runners.verl_vllm_cpu.worker_extension import EXTENSION
@@ -37,6 +39,15 @@ class CpuVLLMServer(HeadVLLMServer):
 
     def _get_worker_extension_cls(self) -> str:
         return EXTENSION
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        """verl sets the weight version right after each sync: log the sync with the digest of what the
+        engine's workers loaded (:mod:`runners.verl_cpu.sync_log`; one worker per replica here)."""
+        await super().set_global_steps(global_steps)
+        digests = set(await self.engine.collective_rpc("last_load_digest"))
+        if len(digests) != 1 or None in digests:
+            raise RuntimeError(f"vLLM's workers report loaded weights {sorted(map(str, digests))} after a sync")
+        append_sync(self.replica_rank, global_steps, digests.pop())
 
 
 class CpuVLLMReplica(HeadVLLMReplica):

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 import torch
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
+from runners.verl_cpu.sync_log import weights_digest
+
 #: The fully qualified name vLLM imports in its worker processes.
 EXTENSION = f"{__name__}.CpuWeightSyncExtension"
 
@@ -45,7 +47,13 @@ class CpuWeightSyncExtension(vLLMColocateWorkerExtension):
         return self.reload_named_tensors(received)
 
     def reload_named_tensors(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Load ``(name, tensor)`` pairs in the trainer's (HF checkpoint) naming into the running model."""
+        """Load ``(name, tensor)`` pairs in the trainer's (HF checkpoint) naming into the running model, and
+        keep their digest for the sync log (:meth:`last_load_digest`)."""
         weights = list(weights)
         self.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        self.sc_last_load_digest = weights_digest(dict(weights))
         return len(weights)
+
+    def last_load_digest(self) -> str | None:
+        """:func:`~runners.verl_cpu.sync_log.weights_digest` of the last weights loaded, None before any."""
+        return getattr(self, "sc_last_load_digest", None)
