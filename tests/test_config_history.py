@@ -94,3 +94,12 @@ def test_a_key_present_is_left_alone() -> None:
     config = {"backend": {"name": "local"}, "eval": {"numerics": "clean"}}
     assert with_added_keys(config)["eval"]["numerics"] == "clean"
     assert config == {"backend": {"name": "local"}, "eval": {"numerics": "clean"}}
+
+
+def test_a_rehearsal_before_the_rollout_switch_sampled_with_the_standin() -> None:
+    verl_run = {"backend": {"name": "verl", "platform": "cpu"}, "eval": {"numerics": "clean"}}
+    assert with_added_keys(verl_run)["backend"]["rehearsal_rollout"] == "standin"
+    local_run = {"backend": {"name": "local"}, "eval": {"numerics": "scenario"}}
+    assert "rehearsal_rollout" not in with_added_keys(local_run)["backend"]  # no such key on that backend
+    recorded = {"backend": {"name": "verl", "rehearsal_rollout": "vllm"}, "eval": {"numerics": "clean"}}
+    assert with_added_keys(recorded)["backend"]["rehearsal_rollout"] == "vllm"  # present: kept

