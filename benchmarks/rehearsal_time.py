@@ -1,14 +1,15 @@
 """Wall time of the CPU rehearsal, whole and per arm, and where it goes.
 
-    python benchmarks/rehearsal_time.py [--arms pg,tis] [--out DIR]
+    python benchmarks/rehearsal_time.py [--arms pg,tis] [--rollouts vllm,standin] [--out DIR]
 
-Runs ``python runners/launch.py -m +experiment=rehearsal method=<arms> seed=42`` into a fresh
+Runs ``python runners/launch.py -m +experiment=rehearsal method=<arms> seed=42`` (once per rollout engine,
+``backend.rehearsal_rollout=<rollout>``, one after the other: default vLLM's CPU build, then the stand-in) into a fresh
 results root (default: every arm the installed verl can run: PG and TIS on 0.9.1, all four with
 score-centering support) and prints the command's wall time, then per arm: the attempt's wall time
 (``metrics.json``), its start-up (attempt start -> the first weight sync to the rollout, i.e. Ray,
 the workers, the model and the replica are up), its training (first -> last sync) and its end
 (last sync -> attempt end: final validation, checkpoint, shutdown). The first and last sync times
-come from the CPU rollout's sync log. It also times a bare ``ray.init`` + ``shutdown`` with the
+come from the rollout's sync log (both engines write it). It also times a bare ``ray.init`` + ``shutdown`` with the
 rehearsal's resources: what one shared Ray cluster per sweep could save per arm at most.
 Time it alone: two torch processes at once slow each other several-fold on 2 cores.
 """
@@ -91,24 +92,33 @@ def token_output_bytes(tokens: int, k: int) -> tuple[int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arms", default=None, help="comma-separated arms (default: every arm the installed verl runs)")
+    ap.add_argument("--rollouts", default="vllm,standin", help="rollout engines, one sweep each (default: vllm,standin)")
     ap.add_argument("--out", type=Path, default=None, help="results root (default: a fresh temporary folder)")
     args = ap.parse_args()
     arms = args.arms or default_arms()
-    root = args.out or Path(tempfile.mkdtemp(prefix="rehearsal_time_"))
-    cmd = [sys.executable, str(REPO / "runners" / "launch.py"), "-m", "+experiment=rehearsal", f"method={arms}",
-           "seed=42", f"results_root={root}"]
-    print("$", " ".join(cmd), flush=True)
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    total = time.perf_counter() - start
-    print(f"\nrehearsal of {arms}: {total:.0f} s in all ({root})")
+    out = args.out or Path(tempfile.mkdtemp(prefix="rehearsal_time_"))
+    totals: dict[str, float] = {}
+    for rollout in args.rollouts.split(","):
+        root = out / rollout
+        cmd = [sys.executable, str(REPO / "runners" / "launch.py"), "-m", "+experiment=rehearsal", f"method={arms}",
+               "seed=42", f"results_root={root}", f"backend.rehearsal_rollout={rollout}"]
+        print("$", " ".join(cmd), flush=True)
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        totals[rollout] = time.perf_counter() - start
     columns = ("wall", "start-up", "validation", "steps", "median step", "end", "ingestion")
-    print("| arm | " + " | ".join(f"{c} s" for c in columns) + " | steps |")
-    print("|---|" + "---:|" * (len(columns) + 1))
-    phases = {}
-    for arm in arms.split(","):
-        p = phases[arm] = arm_phases(root / "rehearsal" / f"{arm}-seed42")
-        print(f"| {arm} | " + " | ".join(f"{p[c]:.1f}" for c in columns) + f" | {p['n_steps']} |")
+    for rollout, total in totals.items():
+        root = out / rollout
+        print(f"\nrehearsal of {arms} with rollout {rollout}: {total:.0f} s in all ({root})")
+        print("| arm | " + " | ".join(f"{c} s" for c in columns) + " | steps |")
+        print("|---|" + "---:|" * (len(columns) + 1))
+        phases = {}
+        for arm in arms.split(","):
+            p = phases[arm] = arm_phases(root / "rehearsal" / f"{arm}-seed42")
+            print(f"| {arm} | " + " | ".join(f"{p[c]:.1f}" for c in columns) + f" | {p['n_steps']} |")
+    if len(totals) > 1:
+        first, *rest = totals
+        print("\nwhole sweep relative to " + first + ": " + ", ".join(f"{r} {totals[r] / totals[first]:.2f}x" for r in rest))
     k = 8  # conf/experiment/rehearsal.yaml method.top_k
     plain, head = token_output_bytes(1000, k)
     per_token = (head - plain) / 1000
