@@ -82,6 +82,17 @@ def test_a_capacity_plan_that_cannot_be_computed_is_a_config_error(tmp_path, mon
         capacity.check_fits(verl_cfg(tmp_path, method="pg"))
 
 
+def test_a_model_of_unknown_shape_is_refused_unless_the_plan_is_not_enforced(tmp_path, monkeypatch):
+    """Before verl downloads a hub model there is no config.json to plan from: refused, naming the way out
+    (backend.capacity.enforce=false), and launched with a warning when that is set."""
+    from runners.capacity import plan as capacity
+
+    shape_unknown = ("model.path=example-org/not-downloaded", "backend.dry_run=false")
+    with pytest.raises(ConfigError, match="backend.capacity.enforce=false"):
+        capacity.check_fits(verl_cfg(tmp_path, *shape_unknown, method="pg"))
+    capacity.check_fits(verl_cfg(tmp_path, *shape_unknown, "backend.capacity.enforce=false", method="pg"))
+
+
 @pytest.mark.parametrize("heads,kv,tp,gpus,ok", [
     (5, 5, 2, 4, False),     # the issue's probe: 5 heads at TP 2
     (32, 8, 2, 4, True),     # Qwen3-4B at the reference TP 2

@@ -134,6 +134,10 @@ def check_fits(cfg: DictConfig) -> None:
                               "check backend.capacity.*, gpu.* and the model's config.json") from err
         return
     enforce = bool(cfg.backend.capacity.enforce)
+    if not enforce and known_shape(cfg) is None:  # model_shape would refuse it: the shape is unknown before verl downloads it
+        log.warning("no capacity plan: the shape of model %s is unknown before verl downloads it; launching anyway "
+                    "(backend.capacity.enforce=false)", cfg.model.path)
+        return
     try:
         reason = refusal(plan(cfg))
     except ConfigError:
