@@ -125,7 +125,7 @@ REHEARSAL_SEED_FIXES = rc.seed_fixes_record(
 
 
 def _standin_rollout(cfg: Any) -> bool:
-    """Whether the CPU stand-in for vLLM generated the rollouts (the rehearsal's default fast path)."""
+    """Whether the CPU stand-in for vLLM generated the rollouts (the rehearsal's fast path, `backend.rehearsal_rollout=standin`)."""
     from runners import verl_cpu
 
     return (_get(cfg, "backend.platform") == verl_cpu.PLATFORM
@@ -134,8 +134,8 @@ def _standin_rollout(cfg: Any) -> bool:
 
 def seed_fixes_of(cfg: Any) -> dict[str, Any]:
     """What the seed fixes in this run: :data:`REHEARSAL_SEED_FIXES` where the CPU stand-in rolled out
-    (the rehearsal's default), else :data:`SEED_FIXES` (vLLM's engine: on GPUs, or its CPU build in the
-    rehearsal with ``backend.rehearsal_rollout=vllm``)."""
+    (``backend.rehearsal_rollout=standin``), else :data:`SEED_FIXES` (vLLM's engine: on GPUs, or its CPU
+    build in the rehearsal, its default)."""
     return REHEARSAL_SEED_FIXES if _standin_rollout(cfg) else SEED_FIXES
 
 
