@@ -148,14 +148,28 @@ def extra_overrides() -> tuple[str, ...]:
     return (f"backend.rehearsal_rollout={rollout}",) if rollout else ()
 
 
+def _mapped_shm() -> set[str]:
+    """The /dev/shm files some live process maps (of the processes /proc lets this one read)."""
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            lines = maps.read_text().splitlines()
+        except OSError:  # gone, or another user's
+            continue
+        mapped.update(f[5].strip() for f in (line.split(maxsplit=5) for line in lines)
+                      if len(f) == 6 and f[5].startswith("/dev/shm/"))
+    return mapped
+
+
 def _vllm_leftovers() -> set[str]:
-    """vLLM's shared-memory segments and verl's weight-sync segments in /dev/shm, and the rehearsal's folders
-    of vLLM socket files (:func:`runners.verl_cpu.rehearsal.vllm_rpc_folder`)."""
+    """What a vLLM engine or verl's weight sync can leave behind: shared-memory segments in /dev/shm (vLLM's
+    ``psm_*``, the sync's ``verl_weights_*``) that no live process maps (an engine at work in another test
+    maps its own), and the rehearsal's folders of vLLM socket files (:func:`runners.verl_cpu.rehearsal.vllm_rpc_folder`)."""
     import glob
     import tempfile
 
-    return {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*"),
-            *glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*")}
+    segments = {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*")}
+    return (segments - _mapped_shm()) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
 
 
 def _syncs(run: Path, attempt: int) -> int:
