@@ -288,7 +288,8 @@ def check(cfg: DictConfig) -> None:
                          "backend.rehearsal_rollout=standin")
     if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
         raise ValueError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
-                         f"is not allowed on the CPU rehearsal: 1 (the {verl_cpu.ROLLOUT_NAME} rollout is one process)")
+                         "is not allowed on the CPU rehearsal: 1 (its rollout, vLLM's CPU build or the stand-in, is one "
+                         "process per replica)")
 
 
 # -- the assets ---------------------------------------------------------------------------------
