@@ -122,34 +122,24 @@ def check_fits(cfg: DictConfig) -> None:
     writes "Capacity plan: none"). The CPU rehearsal has no GPU to fit."""
     if is_rehearsal(cfg):
         return
-    if cfg.backend.dry_run:
-        if known_shape(cfg) is None:
-            return
-        try:
-            plan(cfg)
-        except ConfigError:
-            raise
-        except (ArithmeticError, TypeError, KeyError, ValueError) as err:
-            raise ConfigError(f"the capacity plan cannot be computed from this config ({type(err).__name__}: {err}); "
-                              "check backend.capacity.*, gpu.* and the model's config.json") from err
-        return
     enforce = bool(cfg.backend.capacity.enforce)
-    if not enforce and known_shape(cfg) is None:  # model_shape would refuse it: the shape is unknown before verl downloads it
-        log.warning("no capacity plan: the shape of model %s is unknown before verl downloads it; launching anyway "
-                    "(backend.capacity.enforce=false)", cfg.model.path)
-        return
+    if known_shape(cfg) is None:  # no config.json before verl downloads the model
+        if cfg.backend.dry_run:
+            return
+        if not enforce:
+            log.warning("no capacity plan: the shape of model %s is unknown before verl downloads it; launching anyway "
+                        "(backend.capacity.enforce=false)", cfg.model.path)
+            return
     try:
-        reason = refusal(plan(cfg))
+        p = plan(cfg)  # an unknown shape with enforce=true: ModelConfigError (a ConfigError) naming model.path
     except ConfigError:
         raise
-    except ValueError as err:  # the model's shape is unknown before verl downloads it
-        if enforce:
-            raise ConfigError(str(err)) from err
-        log.warning("no capacity plan: %s", err)
-        return
-    except ArithmeticError as err:  # numbers the plan cannot use (the schema refuses inf and nan before)
-        raise ConfigError(f"the capacity plan cannot be computed from this config: {type(err).__name__}: {err}; "
+    except (ArithmeticError, TypeError, KeyError, ValueError) as err:  # numbers the plan cannot use
+        raise ConfigError(f"the capacity plan cannot be computed from this config ({type(err).__name__}: {err}); "
                           "check backend.capacity.*, gpu.* and the model's config.json") from err
+    if cfg.backend.dry_run:
+        return
+    reason = refusal(p)
     if reason is not None and enforce:
         raise ConfigError(reason)
     if reason is not None:

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 SHM_PREFIX = "/dev/shm/psm_"
+
+
+def mapped_files(pids: Iterable[int], prefix: str) -> set[str]:
+    """The files under ``prefix`` (not unlinked) that the processes ``pids`` map, of those /proc lets this
+    process read (a process gone or another user's is passed over)."""
+    paths: set[str] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith(prefix) and "(deleted)" not in fields[5]:
+                        paths.add(fields[5].strip())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return paths
 
 
 def mapped_segments(pid: int) -> set[str]:
@@ -13,17 +30,7 @@ def mapped_segments(pid: int) -> set[str]:
     import psutil
 
     root = psutil.Process(pid)
-    paths: set[str] = set()
-    for proc in (root, *root.children(recursive=True)):
-        try:
-            with open(f"/proc/{proc.pid}/maps") as maps:
-                for line in maps:
-                    fields = line.split(maxsplit=5)
-                    if len(fields) == 6 and fields[5].startswith(SHM_PREFIX) and "(deleted)" not in fields[5]:
-                        paths.add(fields[5].strip())
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return paths
+    return mapped_files((p.pid for p in (root, *root.children(recursive=True))), SHM_PREFIX)
 
 
 def unlink_engine_segments(pid: int) -> list[str]:

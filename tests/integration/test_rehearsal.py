@@ -42,6 +42,7 @@ from runners.run import contract_check
 from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.checkpoints import list_checkpoints
 from runners.verl_cpu import rehearsal as cpu_rehearsal
+from runners.verl_vllm_cpu.segments import mapped_files
 
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
@@ -148,19 +149,6 @@ def extra_overrides() -> tuple[str, ...]:
     return (f"backend.rehearsal_rollout={rollout}",) if rollout else ()
 
 
-def _mapped_shm() -> set[str]:
-    """The /dev/shm files some live process maps (of the processes /proc lets this one read)."""
-    mapped: set[str] = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            lines = maps.read_text().splitlines()
-        except OSError:  # gone, or another user's
-            continue
-        mapped.update(f[5].strip() for f in (line.split(maxsplit=5) for line in lines)
-                      if len(f) == 6 and f[5].startswith("/dev/shm/"))
-    return mapped
-
-
 def _vllm_leftovers() -> set[str]:
     """What a vLLM engine or verl's weight sync can leave behind: shared-memory segments in /dev/shm (vLLM's
     ``psm_*``, the sync's ``verl_weights_*``) that no live process maps (an engine at work in another test
@@ -169,7 +157,7 @@ def _vllm_leftovers() -> set[str]:
     import tempfile
 
     segments = {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*")}
-    return (segments - _mapped_shm()) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
+    return (segments - mapped_files((int(d.name) for d in Path("/proc").glob("[0-9]*")), "/dev/shm/")) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
 
 
 def _syncs(run: Path, attempt: int) -> int:
