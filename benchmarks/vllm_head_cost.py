@@ -11,7 +11,15 @@ the rounds per arm:
   flat, no detokenising) taken out as arrays by :func:`~runners.verl_head.vllm_head.split_flat` -- what
   ``HeadCapturingEngine`` does;
 * ``dict``: vLLM's default form (``logprobs=k``, one ``dict[int, Logprob]`` per position, detokenising
-  off as in ``head``), read into the same arrays by sorting each position's entries by rank.
+  off as in ``head``), read into the same arrays by sorting each position's entries by rank;
+* ``sampled``: ``logprobs=0``, the sampled token's log-prob only: what a plain (PG, TIS) rollout asks;
+* ``file``: the head written by the project's logits processor
+  (:class:`runners.verl_head.vllm_logits_head.HeadFileWriter`) to a file per request on tmpfs, read back
+  as arrays (:func:`runners.verl_head.head_file.take`), with ``logprobs=0`` for the sampled token: what an
+  SC rollout needs, with no per-token Python objects.
+
+The engine loads the logits processor for every arm (it returns at once for requests without a head
+file), so the arms differ only in what each request asks.
 
 Also reported: bytes per generated token of each form as a consumer holds it (the head's arrays;
 the Python objects of vLLM's flat and dict containers, measured with ``sys.getsizeof`` over one request),
@@ -103,7 +111,9 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     from runners.verl_head import REQUEST_KEY
+    from runners.verl_head.head_file import FILE_KEY, take
     from runners.verl_head.vllm_head import ask_for_head, split_flat
+    from runners.verl_head.vllm_logits_head import HeadFileWriter
 
     k = args.k
     with tempfile.TemporaryDirectory(prefix=f"vllm-head-cost-{vocab}-") as folder:
@@ -111,7 +121,7 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
         start = time.perf_counter()
         llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=256,
                   max_logprobs=k, logprobs_mode="processed_logprobs", seed=0, max_num_seqs=args.prompts,
-                  enable_prefix_caching=False)
+                  enable_prefix_caching=False, logits_processors=[HeadFileWriter])
         started = time.perf_counter() - start
         rng = np.random.default_rng(1)
         prompts = [TokensPrompt(prompt_token_ids=rng.integers(2, vocab, args.prompt_len).tolist())
@@ -123,6 +133,10 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
         head = ask_for_head(base, k)
         dict_form = base.clone()
         dict_form.logprobs = k
+        sampled = base.clone()
+        sampled.logprobs = 0
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        rounds = iter(range(10**9))
 
         def run_none() -> None:
             llm.generate(prompts, none, use_tqdm=False)
@@ -137,7 +151,21 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
                 c = out.outputs[0]
                 dict_to_arrays(c.logprobs, list(c.token_ids), k)
 
-        arms = {"none": run_none, "head": run_head, "dict": run_dict}
+        def run_sampled() -> None:
+            llm.generate(prompts, sampled, use_tqdm=False)
+
+        def run_file() -> None:
+            with tempfile.TemporaryDirectory(prefix="vllm-head-file-", dir=shm) as heads:
+                n = next(rounds)
+                params = []
+                for i in range(len(prompts)):
+                    p = sampled.clone()
+                    p.extra_args = {REQUEST_KEY: k, FILE_KEY: f"{heads}/{n}-{i}.head"}
+                    params.append(p)
+                for out, p in zip(llm.generate(prompts, params, use_tqdm=False), params, strict=True):
+                    take(p.extra_args[FILE_KEY], len(out.outputs[0].token_ids), k, p.max_tokens)
+
+        arms = {"none": run_none, "sampled": run_sampled, "head": run_head, "dict": run_dict, "file": run_file}
         for fn in arms.values():  # warm-up
             fn()
         times: dict[str, list[float]] = {name: [] for name in arms}
@@ -178,12 +206,14 @@ def main() -> None:
     rows = [measure(vocab, args) for vocab in args.vocab]
     print(f"\nvLLM {vllm.__version__} (CPU build), {args.prompts} prompts x {args.new_tokens} new tokens, k = {args.k}, "
           f"fp32, eager, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, best of {args.rounds} interleaved rounds")
-    print("| vocabulary | none tok/s | head (flat, arrays) | dict form | B/token head arrays | B/token vLLM flat "
-          "| B/token vLLM dict | front end's flat container / head's extra time |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| vocabulary | none tok/s | sampled only | head (flat, arrays) | dict form | head by logits processor "
+          "(file) | B/token head arrays | B/token vLLM flat | B/token vLLM dict | front end's flat container / head's "
+          "extra time |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         b = r["bytes_per_token"]
-        print(f"| {r['vocab']:,} | {r['tok_per_s']:,.0f} | {r['ratio']['head']:.2f}x | {r['ratio']['dict']:.2f}x "
+        print(f"| {r['vocab']:,} | {r['tok_per_s']:,.0f} | {r['ratio']['sampled']:.2f}x | {r['ratio']['head']:.2f}x "
+              f"| {r['ratio']['dict']:.2f}x | {r['ratio']['file']:.2f}x "
               f"| {b['head']:,.0f} | {b['flat']:,.0f} | {b['dict']:,.0f} | {r['frontend_share']:.0%} |")
 
 

@@ -103,3 +103,12 @@ def test_a_rehearsal_before_the_rollout_switch_sampled_with_the_standin() -> Non
     assert "rehearsal_rollout" not in with_added_keys(local_run)["backend"]  # no such key on that backend
     recorded = {"backend": {"name": "verl", "rehearsal_rollout": "vllm"}, "eval": {"numerics": "clean"}}
     assert with_added_keys(recorded)["backend"]["rehearsal_rollout"] == "vllm"  # present: kept
+
+
+def test_a_verl_run_before_the_head_transport_key_took_the_head_as_flat_log_probs() -> None:
+    verl_run = {"backend": {"name": "verl", "rollout_engine": {"name": "vllm"}}, "eval": {"numerics": "clean"}}
+    assert with_added_keys(verl_run)["backend"]["rollout_engine"]["head_transport"] == "flat_logprobs"
+    local_run = {"backend": {"name": "local"}, "eval": {"numerics": "scenario"}}
+    assert "rollout_engine" not in with_added_keys(local_run)["backend"]
+    recorded = {"backend": {"name": "verl", "rollout_engine": {"head_transport": "logits_processor"}}}
+    assert with_added_keys(recorded)["backend"]["rollout_engine"]["head_transport"] == "logits_processor"

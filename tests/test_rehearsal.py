@@ -190,6 +190,25 @@ def test_the_vllm_rollout_without_vllms_cpu_build_is_refused_before_anything_is_
     rehearsal.check(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin"))  # the stand-in needs none
 
 
+def test_the_head_transport_reaches_vllms_engine_arguments_and_is_refused_on_the_standin(tmp_path, capsys):
+    from runners import verl_head
+
+    key = "actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors"
+    for method, transport, expected in (("sc", "logits_processor", verl_head.HEAD_PROCESSOR),
+                                        ("sc", "flat_logprobs", None), ("pg", "logits_processor", None)):
+        cfg = config(tmp_path, "rehearsal", f"method={method}", f"backend.rollout_engine.head_transport={transport}")
+        found = [o for o in ovr.build_overrides(cfg, run_files.AttemptPaths(run_dir(cfg), 1)) if key in o]
+        assert (found[0].split("=", 1)[1] if found else None) == expected, (method, transport, found)
+        assert rehearsal.head_files_folder(tmp_path) in rehearsal.leftovers(cfg, tmp_path)
+    results = tmp_path / "results"
+    status, err = _launch_in_process(["+experiment=rehearsal", "method=sc", "backend.rehearsal_rollout=standin",
+                                      "backend.rollout_engine.head_transport=logits_processor",
+                                      f"results_root={results}"], capsys)
+    assert status == 2 and err.startswith("config error: backend.rollout_engine.head_transport=logits_processor is "
+                                          "not allowed with backend.rehearsal_rollout=standin"), err
+    assert not results.exists()
+
+
 def _launch_in_process(argv: list[str], capsys) -> tuple[int, str]:
     """``python runners/launch.py ARGV``'s exit status and stderr, through the launcher's own ``cli``."""
     from runners import launch as launcher

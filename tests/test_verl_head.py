@@ -256,6 +256,7 @@ class StandInParams:  # the SamplingParams fields the piece reads and sets
     flat_logprobs: bool = False
     detokenize: bool = True
     stop: list | None = None
+    max_tokens: int | None = 8
 
     def clone(self):
         return dataclasses.replace(self, extra_args=dict(self.extra_args or {}))
@@ -356,6 +357,46 @@ def test_capturing_engine_takes_the_head_and_leaves_verl_the_sampled_token(finis
     assert plain.asked[0].flat_logprobs is False  # a request without the head is passed through unchanged
 
 
+class ScriptedFileEngine(ScriptedEngine):
+    """A stand-in for vLLM running the head's logits processor: writes row r of the request's head file
+    as it generates token r (:mod:`runners.verl_head.vllm_logits_head`)."""
+
+    async def generate(self, prompt, sampling_params, request_id, **kwargs):
+        from runners.verl_head.head_file import FILE_KEY, open_rows
+
+        path = (sampling_params.extra_args or {}).get(FILE_KEY)
+        rows = open_rows(path, K, sampling_params.max_tokens) if path else None
+        n = 0
+        async for output in super().generate(prompt, sampling_params, request_id, **kwargs):
+            if rows is not None:
+                rows[0][n], rows[1][n] = np.arange(K) + n, -np.arange(K, dtype=np.float32) - n
+            n += 1
+            yield output
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["finished", "aborted"])
+def test_capturing_engine_reads_the_head_from_the_logits_processors_file(tmp_path, finish):
+    from runners.verl_head.head_file import FILE_KEY
+
+    inner = ScriptedFileEngine([4, 9, 2], finish=finish)
+    engine = HeadCapturingEngine(inner, StandInLogprob, head_files=str(tmp_path))
+    params = StandInParams(extra_args={REQUEST_KEY: K})
+    last = _drain(engine, params, "req")
+    asked = inner.asked[0]
+    assert asked.extra_args[FILE_KEY] == f"{tmp_path}/req.head" and asked.extra_args[REQUEST_KEY] == K
+    assert asked.logprobs == 0 and not asked.flat_logprobs  # the request keeps what verl asked: the sampled token's
+    assert params.extra_args == {REQUEST_KEY: K}  # the caller's params are not changed
+    assert last.outputs[0].logprobs is None  # vLLM's own output, untouched (the stand-in returns none without flat)
+    ids, lps = engine.pop_head("req", 3, K)
+    assert ids[:, 0].tolist() == [0, 1, 2] and lps[2, 1] == -3.0
+    assert not list(tmp_path.iterdir()), "the head file is removed once taken"
+    with pytest.raises(ValueError, match="needs the request's max_tokens"):
+        _drain(engine, StandInParams(extra_args={REQUEST_KEY: K}, max_tokens=None), "no-max")
+    with pytest.raises(FileNotFoundError, match="logits processor"):  # an engine without the processor
+        _drain(HeadCapturingEngine(ScriptedEngine([4]), StandInLogprob, head_files=str(tmp_path)),
+               StandInParams(extra_args={REQUEST_KEY: K}), "no-processor")
+
+
 def test_on_vllms_own_classes():
     """The same conversions on vLLM's own FlatLogprobs / Logprob / SamplingParams (GPU extra only)."""
     logprobs_module = pytest.importorskip("vllm.logprobs", reason=NO_VLLM)
@@ -400,3 +441,29 @@ def test_vllm_server_attaches_the_captured_head(monkeypatch):
     assert out.extra_fields[TOKEN_IDS].tolist() == head(2)[0].tolist()
     plain = asyncio.run(server.generate([1], {}, "s"))
     assert TOKEN_IDS not in plain.extra_fields
+
+
+def test_vllm_server_uses_head_files_only_with_the_logits_processor_loaded(monkeypatch, tmp_path):
+    """The server's transport follows vLLM's ``--logits-processors`` (set by ``head_transport``)."""
+    import argparse
+
+    pytest.importorskip("vllm.logprobs", reason=NO_VLLM)
+    try:
+        from runners.verl_head import vllm_server
+    except ImportError as err:
+        pytest.skip(f"verl's vLLM server module does not import here: {err}")
+    from verl.workers.rollout.vllm_rollout import vllm_async_server
+
+    from runners.verl_head import HEAD_FILES_ENV, HEAD_PROCESSOR
+
+    async def parent_run_server(self, args):
+        self.engine = ScriptedEngine([1])
+
+    monkeypatch.setattr(vllm_async_server.vLLMHttpServer, "run_server", parent_run_server)
+    monkeypatch.setenv(HEAD_FILES_ENV, str(tmp_path / "heads"))
+    server = object.__new__(vllm_server.HeadVLLMServer)
+    asyncio.run(server.run_server(argparse.Namespace(logits_processors=[HEAD_PROCESSOR])))
+    assert server.engine._head_files == str(tmp_path / "heads") and (tmp_path / "heads").is_dir()
+    for args in (argparse.Namespace(logits_processors=None), argparse.Namespace()):
+        asyncio.run(server.run_server(args))
+        assert server.engine._head_files is None

@@ -40,11 +40,19 @@ def _rehearsal_rollout(config: Mapping[str, Any]) -> Any:
     return "standin" if isinstance(backend, Mapping) and backend.get("name") == "verl" else NOT_APPLICABLE
 
 
+def _head_transport(config: Mapping[str, Any]) -> Any:
+    """Before ``backend.rollout_engine.head_transport`` (added with the head's logits processor), an SC arm's
+    head left vLLM as its flat top-k log-probs."""
+    backend = config.get("backend") or {}
+    return "flat_logprobs" if isinstance(backend, Mapping) and backend.get("name") == "verl" else NOT_APPLICABLE
+
+
 #: ``{dotted key: value of a run written before the key existed, from its config}`` (or
 #: :data:`NOT_APPLICABLE`).
 ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "eval.numerics": _eval_numerics,
     "backend.rehearsal_rollout": _rehearsal_rollout,
+    "backend.rollout_engine.head_transport": _head_transport,
 }
 
 
@@ -53,6 +61,8 @@ def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     lacks set to what the run did. Keys present are left as they are."""
     out: dict[str, Any] = copy.deepcopy(dict(config))
     for dotted, value_of in ADDED_KEYS.items():
+        if (value := value_of(config)) is NOT_APPLICABLE:  # before walking: no empty parents for such a run
+            continue
         *parents, leaf = dotted.split(".")
         node: Any = out
         for p in parents:
@@ -60,7 +70,7 @@ def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
                 break
             node = node.setdefault(p, {})
         else:
-            if isinstance(node, dict) and leaf not in node and (value := value_of(config)) is not NOT_APPLICABLE:
+            if isinstance(node, dict) and leaf not in node:
                 node[leaf] = value
     return out
 

@@ -219,6 +219,8 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
         put(f"{config_facts.ROLLOUT}.agent.agent_loop_manager_class", verl_head.MANAGER_CLASS, add=True)
         put(f"{config_facts.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}", int(m.top_k), add=True)
         put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs", int(m.top_k), add=True)  # vLLM's default is 20
+        if engine.head_transport == "logits_processor":  # vLLM's engine argument; verl passes it on as --logits-processors
+            put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.logits_processors", verl_head.HEAD_PROCESSOR, add=True)
     elif is_score_centering(cfg):  # verl's own (keys of newer verl)
         put(newer_keys.TOPK_KEY, int(m.top_k), add=True)
         put(newer_keys.DRIVER_SC_KEY, True, add=True)

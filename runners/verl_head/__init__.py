@@ -40,6 +40,12 @@ ENGINE_VENDOR = "sc_ablations_head"
 CUSTOM_KEY = "sc_ablations_topk"
 #: The module every verl process of an SC arm imports (``VERL_USE_EXTERNAL_MODULES``).
 PLUGIN_MODULE = "runners.verl_head.plugin"
+#: vLLM's ``logits_processors`` entry (``module:class``) of an SC arm with
+#: ``backend.rollout_engine.head_transport=logits_processor`` (:mod:`~runners.verl_head.vllm_logits_head`).
+HEAD_PROCESSOR = "runners.verl_head.vllm_logits_head:HeadFileWriter"
+#: The folder for the head files of a server's requests (:mod:`~runners.verl_head.head_file`), where set;
+#: else a new folder in ``/dev/shm``.
+HEAD_FILES_ENV = "SC_HEAD_FILES"
 #: The agent-loop manager class of an SC arm (``rollout.agent.agent_loop_manager_class``).
 MANAGER_CLASS = "runners.verl_head.agent_loop.HeadAgentLoopManager"
 

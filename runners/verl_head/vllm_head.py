@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from runners.verl_head import REQUEST_KEY
+from runners.verl_head import REQUEST_KEY, head_file
 from runners.verl_head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head, empty
 
 
@@ -70,11 +70,17 @@ def sampled_only(token_ids: list[int], sampled: np.ndarray, logprob_cls: type) -
 
 class HeadCapturingEngine:
     """vLLM's ``AsyncLLM`` (``engine``), capturing the head of requests that ask for it (everything else
-    is the engine's own). ``logprob_cls`` is vLLM's ``Logprob``."""
+    is the engine's own). ``logprob_cls`` is vLLM's ``Logprob``.
 
-    def __init__(self, engine: Any, logprob_cls: type) -> None:
+    Two transports: without ``head_files`` the request asks vLLM for its flat top-k log-probs
+    (:func:`ask_for_head`); with ``head_files`` (a folder; the engine runs the project's logits processor,
+    :mod:`runners.verl_head.vllm_logits_head`) the request names a file there and keeps the log-probs it
+    asked for (verl's ``logprobs=0``: the sampled token's), and the head is read from the file."""
+
+    def __init__(self, engine: Any, logprob_cls: type, head_files: str | None = None) -> None:
         self._engine = engine
         self._logprob_cls = logprob_cls
+        self._head_files = head_files
         self._heads: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -89,11 +95,34 @@ class HeadCapturingEngine:
         self._heads[request_id] = (ids, lps)
         completion.logprobs = sampled_only(token_ids, sampled, self._logprob_cls)
 
+    def _take_file(self, output: Any, request_id: str, k: int, path: str, max_tokens: int) -> None:
+        if request_id in self._heads:
+            return
+        tokens = len(output.outputs[0].token_ids) if output is not None and output.outputs else 0
+        self._heads[request_id] = head_file.take(path, tokens, k, max_tokens) if tokens else empty(k)
+
     async def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
         k = requested_k(sampling_params)
         if not k:
             async for output in self._engine.generate(prompt, sampling_params, request_id, **kwargs):
                 yield output
+            return
+        if self._head_files is not None:
+            if sampling_params.max_tokens is None:
+                raise ValueError("the head's logits processor needs the request's max_tokens (the head file's rows)")
+            params = sampling_params.clone()
+            path = f"{self._head_files}/{request_id}.head"
+            params.extra_args = {**(params.extra_args or {}), head_file.FILE_KEY: path}
+            last = None
+            try:
+                async for output in self._engine.generate(prompt, params, request_id, **kwargs):
+                    last = output
+                    if output.finished:
+                        self._take_file(output, request_id, k, path, int(params.max_tokens))
+                    yield output
+                self._take_file(last, request_id, k, path, int(params.max_tokens))  # an abort: its tokens so far
+            finally:
+                head_file.discard(path)
             return
         last = None
         async for output in self._engine.generate(prompt, ask_for_head(sampling_params, k), request_id, **kwargs):

@@ -17,7 +17,8 @@ from verl.workers.rollout.replica import TokenOutput
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 from vllm.logprobs import Logprob
 
-from runners.verl_head import TOKEN_IDS, TOKEN_LOG_PROBS
+from runners.verl_head import HEAD_PROCESSOR, TOKEN_IDS, TOKEN_LOG_PROBS
+from runners.verl_head.head_file import new_folder
 from runners.verl_head.vllm_head import HeadCapturingEngine, requested_k
 
 
@@ -26,7 +27,10 @@ class HeadVLLMServer(vLLMHttpServer):
 
     async def run_server(self, args: Any) -> None:
         await super().run_server(args)
-        self.engine = HeadCapturingEngine(self.engine, Logprob)  # node rank 0 owns the engine
+        # with the head's logits processor loaded (backend.rollout_engine.head_transport=logits_processor) the
+        # head travels in files, else as vLLM's flat top-k log-probs
+        files = new_folder() if HEAD_PROCESSOR in (getattr(args, "logits_processors", None) or []) else None
+        self.engine = HeadCapturingEngine(self.engine, Logprob, files)  # node rank 0 owns the engine
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, *args: Any,
                        **kwargs: Any) -> TokenOutput:

@@ -1,0 +1,79 @@
+"""A request's head in a file the sampler writes row by row (numpy only; the writer is
+:mod:`runners.verl_head.vllm_logits_head`).
+
+The file holds ``max_tokens`` rows of ``k`` ids (int32) and then ``max_tokens`` rows of their ``k``
+log-probs (float32): row ``r`` is the head of generated token ``r``, written when the sampler draws it.
+``8 k max_tokens`` bytes, allocated sparse: on tmpfs only the rows written take memory. The reader
+takes the first ``n`` rows (the tokens the request generated) and removes the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from runners.verl_head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head
+
+#: Where a request names its head file: ``SamplingParams.extra_args[FILE_KEY] = path`` (beside
+#: :data:`runners.verl_head.REQUEST_KEY` = k).
+FILE_KEY = "sc_ablations_head_file"
+
+
+def file_bytes(k: int, max_tokens: int) -> int:
+    """The size of a head file: ids then log-probs, ``max_tokens`` rows each."""
+    return max_tokens * k * (np.dtype(ID_DTYPE).itemsize + np.dtype(LOG_PROB_DTYPE).itemsize)
+
+
+def open_rows(path: str | os.PathLike, k: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, log_probs)``: writable ``(max_tokens, k)`` views of the file at ``path``, created (sparse) if
+    absent, reopened as it is if present (a request the engine preempted and resumes keeps its rows)."""
+    if k < 1 or max_tokens < 1:
+        raise ValueError(f"a head file needs k >= 1 and max_tokens >= 1, got k={k}, max_tokens={max_tokens}")
+    size = file_bytes(k, max_tokens)
+    with open(path, "ab") as f:  # creates it; never truncates
+        if f.tell() != size:
+            f.truncate(size)
+    whole = np.asarray(np.memmap(path, dtype=np.uint8, mode="r+", shape=(size,)))  # a plain ndarray: cheap to index
+    split = max_tokens * k * np.dtype(ID_DTYPE).itemsize
+    return whole[:split].view(ID_DTYPE).reshape(max_tokens, k), whole[split:].view(LOG_PROB_DTYPE).reshape(max_tokens, k)
+
+
+def take(path: str | os.PathLike, tokens: int, k: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The head of a request's ``tokens`` generated tokens as ``(tokens, k)`` arrays, read from its file,
+    which is then removed; raises naming the file where it is missing or has the wrong size."""
+    path = Path(path)
+    if not 0 <= tokens <= max_tokens:
+        raise ValueError(f"{path}: {tokens} tokens do not fit a head file of {max_tokens} rows")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no head file (did the engine load the head's logits processor?)") from None
+    if len(raw) != file_bytes(k, max_tokens):
+        raise ValueError(f"{path}: {len(raw)} bytes, a head file of k={k} and {max_tokens} rows has "
+                         f"{file_bytes(k, max_tokens)}")
+    path.unlink()
+    split = max_tokens * k * np.dtype(ID_DTYPE).itemsize
+    ids = np.frombuffer(raw, ID_DTYPE, count=max_tokens * k).reshape(max_tokens, k)[:tokens]
+    log_probs = np.frombuffer(raw, LOG_PROB_DTYPE, offset=split).reshape(max_tokens, k)[:tokens]
+    return as_head(ids.copy(), log_probs.copy(), k)
+
+
+def discard(path: str | os.PathLike) -> None:
+    """Remove a head file if it is still there (a request that failed before its head was taken)."""
+    Path(path).unlink(missing_ok=True)
+
+
+def new_folder() -> str:
+    """The folder for a server's head files: ``$SC_HEAD_FILES`` (:data:`runners.verl_head.HEAD_FILES_ENV`,
+    created if absent) where set, else a new folder in ``/dev/shm`` (memory; the temporary folder where
+    there is none)."""
+    import tempfile
+
+    from runners.verl_head import HEAD_FILES_ENV
+
+    if folder := os.environ.get(HEAD_FILES_ENV):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return folder
+    return tempfile.mkdtemp(prefix="sc-vllm-heads-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
