@@ -163,7 +163,7 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
                     p.extra_args = {REQUEST_KEY: k, FILE_KEY: f"{heads}/{n}-{i}.head"}
                     params.append(p)
                 for out, p in zip(llm.generate(prompts, params, use_tqdm=False), params, strict=True):
-                    take(p.extra_args[FILE_KEY], len(out.outputs[0].token_ids), k, p.max_tokens)
+                    take(p.extra_args[FILE_KEY], len(out.outputs[0].token_ids), k)
 
         arms = {"none": run_none, "sampled": run_sampled, "head": run_head, "dict": run_dict, "file": run_file}
         for fn in arms.values():  # warm-up

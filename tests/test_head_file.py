@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runners.verl_head import HEAD_FILES_ENV
-from runners.verl_head.head_file import discard, file_bytes, new_folder, open_rows, take
+from runners.verl_head.head_file import check_aligned, discard, file_bytes, new_folder, open_rows, take
 
 
 def test_rows_written_are_the_rows_taken_and_the_file_goes(tmp_path):
@@ -15,7 +15,7 @@ def test_rows_written_are_the_rows_taken_and_the_file_goes(tmp_path):
     assert path.stat().st_size == file_bytes(3, 5) == 5 * 3 * 8
     ids[0], lps[0] = [4, 1, 2], [-0.1, -2.5, -3.0]
     ids[1], lps[1] = [7, 4, 0], [-0.5, -1.0, -4.0]
-    got_ids, got_lps = take(path, tokens=2, k=3, max_tokens=5)
+    got_ids, got_lps = take(path, tokens=2, k=3)
     assert got_ids.dtype == np.int32 and got_lps.dtype == np.float32
     assert got_ids.tolist() == [[4, 1, 2], [7, 4, 0]]
     assert np.allclose(got_lps, [[-0.1, -2.5, -3.0], [-0.5, -1.0, -4.0]])
@@ -29,21 +29,21 @@ def test_reopening_keeps_the_rows_of_a_preempted_request(tmp_path):
     del ids, lps
     ids, lps = open_rows(path, k=2, max_tokens=4)  # the engine re-adds the request after a preemption
     ids[1], lps[1] = [5, 6], [-0.5, -0.7]
-    got_ids, _ = take(path, tokens=2, k=2, max_tokens=4)
+    got_ids, _ = take(path, tokens=2, k=2)
     assert got_ids.tolist() == [[9, 8], [5, 6]]
 
 
 def test_bad_files_and_sizes_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no head file .*logits processor"):
-        take(tmp_path / "missing.head", tokens=1, k=2, max_tokens=4)
+        take(tmp_path / "missing.head", tokens=1, k=2)
     short = tmp_path / "short.head"
     short.write_bytes(b"\0" * 10)
-    with pytest.raises(ValueError, match="10 bytes, a head file of k=2 and 4 rows has 64"):
-        take(short, tokens=1, k=2, max_tokens=4)
+    with pytest.raises(ValueError, match="10 bytes, not a head file of k=2 with rows for 1 tokens"):
+        take(short, tokens=1, k=2)
     assert short.exists()  # a file that is not a head file is left alone
     open_rows(tmp_path / "r.head", k=2, max_tokens=4)
-    with pytest.raises(ValueError, match="5 tokens do not fit a head file of 4 rows"):
-        take(tmp_path / "r.head", tokens=5, k=2, max_tokens=4)
+    with pytest.raises(ValueError, match="64 bytes, not a head file of k=2 with rows for 5 tokens"):
+        take(tmp_path / "r.head", tokens=5, k=2)
     with pytest.raises(ValueError, match="k >= 1"):
         open_rows(tmp_path / "z.head", k=0, max_tokens=4)
     discard(tmp_path / "r.head")
@@ -62,3 +62,17 @@ def test_the_folder_is_the_environments_or_a_new_one(tmp_path, monkeypatch):
         import shutil
 
         shutil.rmtree(folder)
+
+
+def test_a_head_a_row_off_its_tokens_is_refused():
+    rng = np.random.default_rng(0)
+    rows = 12
+    log_probs = np.log(rng.dirichlet(np.ones(6) * 0.5, size=rows)).astype(np.float32)
+    ids = np.argsort(-log_probs, axis=1)[:, :4].astype(np.int32)  # the top 4 of 6 ids per row
+    head = np.take_along_axis(log_probs, ids, axis=1)
+    tokens = [int(ids[r, r % 2]) for r in range(rows)]  # each token among its row's top 2
+    sampled = [float(log_probs[r, t]) for r, t in enumerate(tokens)]
+    check_aligned(ids, head, tokens, sampled)
+    with pytest.raises(RuntimeError, match="not the distribution token"):
+        check_aligned(ids[1:], head[1:], tokens[:-1], sampled[:-1])  # row r holds token r + 1's distribution
+    check_aligned(ids, head, [int(np.argmin(log_probs[r])) for r in range(rows)], sampled)  # tokens outside the head

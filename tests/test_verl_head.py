@@ -359,7 +359,13 @@ def test_capturing_engine_takes_the_head_and_leaves_verl_the_sampled_token(finis
 
 class ScriptedFileEngine(ScriptedEngine):
     """A stand-in for vLLM running the head's logits processor: writes row r of the request's head file
-    as it generates token r (:mod:`runners.verl_head.vllm_logits_head`)."""
+    (ids r..r+K-1, log-probs -(0..K-1) - 10 r) as it generates token r, and returns the sampled token's
+    log-prob per position as vLLM does for ``logprobs=0`` (the tokens are r + 1: index 1 of row r).
+    ``shift=1`` writes row r + 1's content at row r: a head a row off its tokens."""
+
+    def __init__(self, tokens: int, finish: bool = True, shift: int = 0):
+        super().__init__([r + 1 for r in range(tokens)], finish)
+        self.shift = shift
 
     async def generate(self, prompt, sampling_params, request_id, **kwargs):
         from runners.verl_head.head_file import FILE_KEY, open_rows
@@ -369,7 +375,10 @@ class ScriptedFileEngine(ScriptedEngine):
         n = 0
         async for output in super().generate(prompt, sampling_params, request_id, **kwargs):
             if rows is not None:
-                rows[0][n], rows[1][n] = np.arange(K) + n, -np.arange(K, dtype=np.float32) - n
+                row = n + self.shift
+                rows[0][n], rows[1][n] = np.arange(K) + row, -np.arange(K, dtype=np.float32) - 10 * row
+            completion = output.outputs[0]
+            completion.logprobs = [{t: StandInLogprob(-1.0 - 10 * r)} for r, t in enumerate(completion.token_ids)]
             n += 1
             yield output
 
@@ -378,7 +387,7 @@ class ScriptedFileEngine(ScriptedEngine):
 def test_capturing_engine_reads_the_head_from_the_logits_processors_file(tmp_path, finish):
     from runners.verl_head.head_file import FILE_KEY
 
-    inner = ScriptedFileEngine([4, 9, 2], finish=finish)
+    inner = ScriptedFileEngine(3, finish=finish)
     engine = HeadCapturingEngine(inner, StandInLogprob, head_files=str(tmp_path))
     params = StandInParams(extra_args={REQUEST_KEY: K})
     last = _drain(engine, params, "req")
@@ -386,15 +395,20 @@ def test_capturing_engine_reads_the_head_from_the_logits_processors_file(tmp_pat
     assert asked.extra_args[FILE_KEY] == f"{tmp_path}/req.head" and asked.extra_args[REQUEST_KEY] == K
     assert asked.logprobs == 0 and not asked.flat_logprobs  # the request keeps what verl asked: the sampled token's
     assert params.extra_args == {REQUEST_KEY: K}  # the caller's params are not changed
-    assert last.outputs[0].logprobs is None  # vLLM's own output, untouched (the stand-in returns none without flat)
+    assert [list(d) for d in last.outputs[0].logprobs] == [[1], [2], [3]]  # vLLM's own output, untouched
     ids, lps = engine.pop_head("req", 3, K)
-    assert ids[:, 0].tolist() == [0, 1, 2] and lps[2, 1] == -3.0
+    assert ids[:, 0].tolist() == [0, 1, 2] and lps[2, 1] == -21.0
     assert not list(tmp_path.iterdir()), "the head file is removed once taken"
-    with pytest.raises(ValueError, match="needs the request's max_tokens"):
-        _drain(engine, StandInParams(extra_args={REQUEST_KEY: K}, max_tokens=None), "no-max")
+
+
+def test_capturing_engine_refuses_a_head_off_its_tokens_and_a_missing_file(tmp_path):
+    engine = HeadCapturingEngine(ScriptedFileEngine(3, shift=1), StandInLogprob, head_files=str(tmp_path))
+    with pytest.raises(RuntimeError, match="head row 0 is not the distribution token 0 was sampled from"):
+        _drain(engine, StandInParams(extra_args={REQUEST_KEY: K}), "shifted")
     with pytest.raises(FileNotFoundError, match="logits processor"):  # an engine without the processor
         _drain(HeadCapturingEngine(ScriptedEngine([4]), StandInLogprob, head_files=str(tmp_path)),
                StandInParams(extra_args={REQUEST_KEY: K}), "no-processor")
+    assert not list(tmp_path.iterdir()), "a head file is left after a failed request"
 
 
 def test_on_vllms_own_classes():

@@ -3,7 +3,8 @@
 One engine (``vllm.LLM``) on a tiny Qwen3 of vocabulary 4,096 with :class:`HeadFileWriter` loaded, T = 0.7,
 requests of different lengths in one batch, some asking for the head by file, one not: each file's head
 equals the head vLLM returns for the same request as flat top-k log-probs (``logprobs_mode=processed_logprobs``):
-the same ids in the same order, log-probs within :data:`TOLERANCE`; the request without a file is untouched,
+the same ids in the same order, log-probs within :data:`TOLERANCE`, rows aligned with the sampled tokens
+(:func:`~runners.verl_head.head_file.check_aligned`); the request without a file is untouched,
 and every file is gone once taken. Skips where vLLM is not installed.
 """
 
@@ -38,7 +39,7 @@ def test_file_head_equals_vllms_flat_head(tmp_path, monkeypatch):
     from vllm.inputs import TokensPrompt
 
     from runners.verl_head import REQUEST_KEY
-    from runners.verl_head.head_file import FILE_KEY, take
+    from runners.verl_head.head_file import FILE_KEY, check_aligned, take
     from runners.verl_head.vllm_head import ask_for_head, split_flat
     from runners.verl_head.vllm_logits_head import HeadFileWriter
 
@@ -48,7 +49,10 @@ def test_file_head_equals_vllms_flat_head(tmp_path, monkeypatch):
     config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
                          tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    Qwen3ForCausalLM(config).save_pretrained(tmp_path / "model")
+    model = Qwen3ForCausalLM(config)
+    with torch.no_grad():  # peaked next-token distributions (the tied head x 30): the sampled token is in the top k
+        model.model.embed_tokens.weight.mul_(30.0)
+    model.save_pretrained(tmp_path / "model")
     llm = vllm.LLM(model=str(tmp_path / "model"), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
                    max_model_len=128, max_logprobs=K, logprobs_mode="processed_logprobs", seed=0, max_num_seqs=4,
                    enable_prefix_caching=False, logits_processors=[HeadFileWriter])
@@ -66,16 +70,19 @@ def test_file_head_equals_vllms_flat_head(tmp_path, monkeypatch):
         outputs = llm.generate(prompts, params, use_tqdm=False)
     finally:
         llm.llm_engine.engine_core.shutdown()
-    rows = 0
-    for out, path, p in zip(outputs, files, params, strict=True):
+    rows = in_head = 0
+    for out, path in zip(outputs, files, strict=True):
         completion = out.outputs[0]
-        _, ids, lps = split_flat(completion.logprobs, list(completion.token_ids), K)
+        sampled, ids, lps = split_flat(completion.logprobs, list(completion.token_ids), K)
         if path is None:
             assert not list(tmp_path.glob("3.head"))
             continue
-        file_ids, file_lps = take(path, len(completion.token_ids), K, p.max_tokens)
+        file_ids, file_lps = take(path, len(completion.token_ids), K)
         assert (file_ids == ids).all(), f"request {path.stem}: the head's ids differ from vLLM's"
         assert np.abs(file_lps - lps).max() < TOLERANCE
+        check_aligned(file_ids, file_lps, list(completion.token_ids), sampled.tolist())  # the server's own check
+        in_head += sum(int(t in row) for t, row in zip(completion.token_ids, file_ids.tolist(), strict=True))
         rows += len(ids)
     assert rows == sum(10 + 3 * (i % 3) for i in range(7) if i != 3)
+    assert in_head > rows // 2, (in_head, rows)  # the alignment check had tokens to check
     assert not list(tmp_path.glob("*.head"))

@@ -40,24 +40,37 @@ def open_rows(path: str | os.PathLike, k: int, max_tokens: int) -> tuple[np.ndar
     return whole[:split].view(ID_DTYPE).reshape(max_tokens, k), whole[split:].view(LOG_PROB_DTYPE).reshape(max_tokens, k)
 
 
-def take(path: str | os.PathLike, tokens: int, k: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """The head of a request's ``tokens`` generated tokens as ``(tokens, k)`` arrays, read from its file,
-    which is then removed; raises naming the file where it is missing or has the wrong size."""
+def take(path: str | os.PathLike, tokens: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The head of a request's ``tokens`` generated tokens as ``(tokens, k)`` arrays, read from its file
+    (its rows from its size: the engine's ``max_tokens``), which is then removed; raises naming the file
+    where it is missing or is not a head file of k with that many rows."""
     path = Path(path)
-    if not 0 <= tokens <= max_tokens:
-        raise ValueError(f"{path}: {tokens} tokens do not fit a head file of {max_tokens} rows")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no head file (did the engine load the head's logits processor?)") from None
-    if len(raw) != file_bytes(k, max_tokens):
-        raise ValueError(f"{path}: {len(raw)} bytes, a head file of k={k} and {max_tokens} rows has "
-                         f"{file_bytes(k, max_tokens)}")
+    rows, rest = divmod(len(raw), file_bytes(k, 1))
+    if rest or not 0 <= tokens <= rows:
+        raise ValueError(f"{path}: {len(raw)} bytes, not a head file of k={k} with rows for {tokens} tokens "
+                         f"({file_bytes(k, 1)} bytes a row)")
     path.unlink()
-    split = max_tokens * k * np.dtype(ID_DTYPE).itemsize
-    ids = np.frombuffer(raw, ID_DTYPE, count=max_tokens * k).reshape(max_tokens, k)[:tokens]
-    log_probs = np.frombuffer(raw, LOG_PROB_DTYPE, offset=split).reshape(max_tokens, k)[:tokens]
+    split = rows * k * np.dtype(ID_DTYPE).itemsize
+    ids = np.frombuffer(raw, ID_DTYPE, count=rows * k).reshape(rows, k)[:tokens]
+    log_probs = np.frombuffer(raw, LOG_PROB_DTYPE, offset=split).reshape(rows, k)[:tokens]
     return as_head(ids.copy(), log_probs.copy(), k)
+
+
+def check_aligned(ids: np.ndarray, log_probs: np.ndarray, token_ids: list[int], sampled: list[float],
+                  tolerance: float = 1e-3) -> None:
+    """Raise unless, wherever the sampled token ``r`` is among row ``r``'s ids, its log-prob there equals the one
+    vLLM returned for it (``sampled``, the request's ``logprobs=0``) within ``tolerance``: a head a row off its
+    tokens fails where the token is in both rows. (A token outside its row's k ids says nothing: a flat
+    distribution, as of an untrained model, rarely puts it there.)"""
+    for r, (token, value) in enumerate(zip(token_ids, sampled, strict=True)):
+        hit = np.flatnonzero(ids[r] == token)
+        if hit.size and abs(float(log_probs[r, hit[0]]) - value) > tolerance:
+            raise RuntimeError(f"head row {r} is not the distribution token {r} was sampled from: its log-prob "
+                               f"{float(log_probs[r, hit[0]]):.6f} there, {value:.6f} from vLLM")
 
 
 def discard(path: str | os.PathLike) -> None:

@@ -95,11 +95,19 @@ class HeadCapturingEngine:
         self._heads[request_id] = (ids, lps)
         completion.logprobs = sampled_only(token_ids, sampled, self._logprob_cls)
 
-    def _take_file(self, output: Any, request_id: str, k: int, path: str, max_tokens: int) -> None:
+    def _take_file(self, output: Any, request_id: str, k: int, path: str) -> None:
         if request_id in self._heads:
             return
-        tokens = len(output.outputs[0].token_ids) if output is not None and output.outputs else 0
-        self._heads[request_id] = head_file.take(path, tokens, k, max_tokens) if tokens else empty(k)
+        completion = output.outputs[0] if output is not None and output.outputs else None
+        token_ids = list(completion.token_ids) if completion is not None else []
+        if not token_ids:
+            self._heads[request_id] = empty(k)
+            return
+        ids, lps = head_file.take(path, len(token_ids), k)
+        if completion.logprobs:  # verl's logprobs=0: the sampled token's log-prob, to check the rows' alignment
+            sampled = [position[t].logprob for t, position in zip(token_ids, completion.logprobs, strict=True)]
+            head_file.check_aligned(ids, lps, token_ids, sampled)
+        self._heads[request_id] = (ids, lps)
 
     async def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
         k = requested_k(sampling_params)
@@ -108,8 +116,6 @@ class HeadCapturingEngine:
                 yield output
             return
         if self._head_files is not None:
-            if sampling_params.max_tokens is None:
-                raise ValueError("the head's logits processor needs the request's max_tokens (the head file's rows)")
             params = sampling_params.clone()
             path = f"{self._head_files}/{request_id}.head"
             params.extra_args = {**(params.extra_args or {}), head_file.FILE_KEY: path}
@@ -118,9 +124,9 @@ class HeadCapturingEngine:
                 async for output in self._engine.generate(prompt, params, request_id, **kwargs):
                     last = output
                     if output.finished:
-                        self._take_file(output, request_id, k, path, int(params.max_tokens))
+                        self._take_file(output, request_id, k, path)
                     yield output
-                self._take_file(last, request_id, k, path, int(params.max_tokens))  # an abort: its tokens so far
+                self._take_file(last, request_id, k, path)  # an abort: its tokens so far
             finally:
                 head_file.discard(path)
             return
