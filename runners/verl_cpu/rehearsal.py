@@ -134,18 +134,21 @@ def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
 def vllm_rpc_folder(state_dir: Path) -> Path:
     """vLLM's folder of IPC socket files for one attempt: short (a Unix socket's path holds at most 107
     bytes, and vLLM appends a 36-character name), under the temporary folder, named by the attempt."""
+    return Path(tempfile.gettempdir()) / f"sc-vllm-rpc-{_attempt_tag(state_dir)}"
+
+
+def _attempt_tag(state_dir: Path) -> str:
+    """A short name of one attempt for folders outside the run folder (12 hex digits of its path's SHA-1)."""
     import hashlib
 
-    return Path(tempfile.gettempdir()) / f"sc-vllm-rpc-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
+    return hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]
 
 
 def head_files_folder(state_dir: Path) -> Path:
     """The folder of one attempt's head files (``head_transport=logits_processor``,
     :mod:`runners.verl_head.head_file`): in ``/dev/shm`` (memory), named by the attempt."""
-    import hashlib
-
     parent = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    return parent / f"sc-vllm-heads-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:12]}"
+    return parent / f"sc-vllm-heads-{_attempt_tag(state_dir)}"
 
 
 def leftovers(cfg: DictConfig, state_dir: Path) -> tuple[Path, ...]:

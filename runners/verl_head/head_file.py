@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.verl_head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head
+from runners.verl_head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head, bytes_per_token
 
 #: Where a request names its head file: ``SamplingParams.extra_args[FILE_KEY] = path`` (beside
 #: :data:`runners.verl_head.REQUEST_KEY` = k).
@@ -23,7 +23,7 @@ FILE_KEY = "sc_ablations_head_file"
 
 def file_bytes(k: int, max_tokens: int) -> int:
     """The size of a head file: ids then log-probs, ``max_tokens`` rows each."""
-    return max_tokens * k * (np.dtype(ID_DTYPE).itemsize + np.dtype(LOG_PROB_DTYPE).itemsize)
+    return max_tokens * bytes_per_token(k)
 
 
 def open_rows(path: str | os.PathLike, k: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
