@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from runners.verl_head import HEAD_FILES_ENV
 from runners.verl_head.head_file import check_aligned, discard, file_bytes, new_folder, open_rows, take
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_rows_written_are_the_rows_taken_and_the_file_goes(tmp_path):
@@ -55,13 +62,12 @@ def test_the_folder_is_the_environments_or_a_new_one(tmp_path, monkeypatch):
     monkeypatch.setenv(HEAD_FILES_ENV, str(tmp_path / "a" / "b"))
     assert new_folder() == str(tmp_path / "a" / "b") and (tmp_path / "a" / "b").is_dir()
     monkeypatch.delenv(HEAD_FILES_ENV)
-    folder = new_folder()
-    try:
-        assert "sc-vllm-heads-" in folder
-    finally:
-        import shutil
-
-        shutil.rmtree(folder)
+    # a folder of its own goes with the process that made it (a GPU launch's vLLM server sets no folder)
+    made = subprocess.run([sys.executable, "-c", "from runners.verl_head.head_file import new_folder; "
+                           "import os; f = new_folder(); print(f); assert os.path.isdir(f)"],
+                          capture_output=True, text=True, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    folder = made.stdout.strip()
+    assert "sc-vllm-heads-" in folder and not os.path.exists(folder)
 
 
 def test_a_head_a_row_off_its_tokens_is_refused():

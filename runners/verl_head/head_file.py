@@ -80,8 +80,10 @@ def discard(path: str | os.PathLike) -> None:
 
 def new_folder() -> str:
     """The folder for a server's head files: ``$SC_HEAD_FILES`` (:data:`runners.verl_head.HEAD_FILES_ENV`,
-    created if absent) where set, else a new folder in ``/dev/shm`` (memory; the temporary folder where
-    there is none)."""
+    created if absent; whoever set it removes it) where set, else a new folder in ``/dev/shm`` (memory; the
+    temporary folder where there is none) that the process removes when it exits normally."""
+    import atexit
+    import shutil
     import tempfile
 
     from runners.verl_head import HEAD_FILES_ENV
@@ -89,4 +91,6 @@ def new_folder() -> str:
     if folder := os.environ.get(HEAD_FILES_ENV):
         Path(folder).mkdir(parents=True, exist_ok=True)
         return folder
-    return tempfile.mkdtemp(prefix="sc-vllm-heads-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    folder = tempfile.mkdtemp(prefix="sc-vllm-heads-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
