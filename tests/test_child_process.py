@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 
 from runners.verl_backend.child_process import GroupReaper
@@ -31,3 +32,31 @@ def test_the_watchdog_stops_the_group_and_removes_the_leftovers(tmp_path):
     reaper.watchdog.wait(timeout=30)
     assert not _alive(child.pid)
     assert not sockets.exists()
+
+
+def test_the_watchdog_unlinks_the_groups_unmapped_segments_and_no_other(tmp_path):
+    """verl's weight sync makes a shared-memory segment per sync; a group killed mid-sync leaves it. The watchdog
+    unlinks those under its prefixes made since it started that no live process maps, and nothing else."""
+    prefix = str(tmp_path / "verl_weights_")
+    old = tmp_path / "verl_weights_before"  # another run's, older than this attempt
+    old.write_bytes(b"\0" * 4096)
+    os.utime(old, (time.time() - 600, time.time() - 600))
+    child = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    reaper = GroupReaper(child.pid, grace_s=5.0, segment_prefixes=(prefix,))
+    time.sleep(0.5)
+    orphan, in_use = tmp_path / "verl_weights_killed", tmp_path / "verl_weights_in_use"
+    for segment in (orphan, in_use):
+        segment.write_bytes(b"\0" * 4096)
+    holder = subprocess.Popen([sys.executable, "-c", "import mmap, sys, time; f = open(sys.argv[1], 'r+b'); "
+                               "m = mmap.mmap(f.fileno(), 0); print('mapped', flush=True); time.sleep(120)", str(in_use)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "mapped"
+        reaper.close()
+        child.wait(timeout=30)
+        reaper.watchdog.wait(timeout=30)
+        assert not orphan.exists()
+        assert in_use.exists() and old.exists()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -61,14 +61,19 @@ class GroupReaper:
     after ``grace_s``. :meth:`close` (the child ended, or :func:`stop_group` ran) releases it: the
     watchdog then only stops what the group left behind (verl's Ray agents outlive a killed driver).
     Once the group is gone it removes the ``leftovers`` (folders the group's processes wrote outside the
-    run folder, e.g. vLLM's socket files).
+    run folder, e.g. vLLM's socket files) and unlinks the files under each of ``segment_prefixes`` that appeared
+    since it started and no live process maps (shared-memory segments of a group killed mid-use,
+    :func:`runners.verl_vllm_cpu.segments.unlink_orphans`).
     """
 
-    def __init__(self, pgid: int, grace_s: float = 10.0, leftovers: tuple[Path, ...] = ()):
+    def __init__(self, pgid: int, grace_s: float = 10.0, leftovers: tuple[Path, ...] = (),
+                 segment_prefixes: tuple[str, ...] = ()):
         read_end, self._write_end = os.pipe()
         try:
             self.watchdog = subprocess.Popen([sys.executable, "-m", "runners.verl_backend.child_process", "reap", str(pgid),
-                                              str(grace_s), *map(str, leftovers)], stdin=read_end, start_new_session=True,
+                                              str(grace_s), f"{time.time():.3f}", *map(str, leftovers),
+                                              *(f"{p}{_PREFIX_MARK}" for p in segment_prefixes)],
+                                             stdin=read_end, start_new_session=True,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
             os.close(read_end)
@@ -79,15 +84,24 @@ class GroupReaper:
             self._write_end = None
 
 
-def _reap(pgid: int, grace_s: float, leftovers: list[str]) -> None:
-    """The watchdog: wait for end of file on stdin, stop process group ``pgid``, remove ``leftovers``."""
+_PREFIX_MARK = "*"  # on the watchdog's command line, a leftover ending in it is a prefix of segments
+
+
+def _reap(pgid: int, grace_s: float, since: float, leftovers: list[str]) -> None:
+    """The watchdog: wait for end of file on stdin, stop process group ``pgid``, remove ``leftovers`` (a folder,
+    or ``PREFIX*``: the unmapped segments under PREFIX made since ``since``)."""
     import shutil
+
+    from runners.verl_vllm_cpu.segments import unlink_orphans
 
     while sys.stdin.buffer.read(1 << 16):
         pass
     _stop(pgid, grace_s)
-    for folder in leftovers:
-        shutil.rmtree(folder, ignore_errors=True)
+    for leftover in leftovers:
+        if leftover.endswith(_PREFIX_MARK):
+            unlink_orphans(leftover.removesuffix(_PREFIX_MARK), since, settle_s=0.0)
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _stop(pgid: int, grace_s: float) -> None:
@@ -110,4 +124,4 @@ def _stop(pgid: int, grace_s: float) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reap"]:
-        _reap(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:])
+        _reap(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5:])

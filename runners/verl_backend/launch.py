@@ -161,8 +161,10 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
                             text=True, bufsize=1,
                             start_new_session=True,  # own process group: an interrupt stops verl and its Ray workers
                             pass_fds=(lock_fd,))  # verl keeps the run folder locked while it lives
-    # verl's own group: stopped even if this launcher is killed, and vLLM's socket folder then removed
-    reaper = GroupReaper(proc.pid, leftovers=rehearsal.leftovers(cfg, paths.cpu_state))
+    # verl's own group: stopped even if this launcher is killed, and vLLM's socket folder (and a sync's segment
+    # the kill interrupted) then removed
+    reaper = GroupReaper(proc.pid, leftovers=rehearsal.leftovers(cfg, paths.cpu_state),
+                         segment_prefixes=rehearsal.leftover_segments(cfg))
     follower = OutputFollower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name, _STEP)
     follower.start()
     interval = float(cfg.backend.ingest_interval_s)

@@ -1,4 +1,5 @@
-"""vLLM's shared-memory segments on a CPU: found through the processes that map them, unlinked once mapped."""
+"""Shared-memory segments on a CPU: vLLM's, found through the processes that map them and unlinked once
+mapped; verl's weight-sync segments a killed process group left, unlinked once no live process maps them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import os
 from collections.abc import Iterable
 
 SHM_PREFIX = "/dev/shm/psm_"
+#: verl's weight sync (``BucketedWeightSender`` with shared memory) makes one ``verl_weights_<uuid>`` segment per
+#: sync and unlinks it when the sync ends; a process group killed mid-sync leaves it behind.
+SYNC_PREFIX = "/dev/shm/verl_weights_"
 
 
 def mapped_files(pids: Iterable[int], prefix: str) -> set[str]:
@@ -44,6 +48,35 @@ def unlink_engine_segments(pid: int) -> list[str]:
     """
     removed = []
     for path in sorted(mapped_segments(pid)):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def unlink_orphans(prefix: str, since: float, settle_s: float = 2.0) -> list[str]:
+    """Unlink the files under ``prefix`` made at or after ``since`` (a ``time.time()``) that no live process maps,
+    left alone for ``settle_s`` seconds (a segment being made is mapped within microseconds): what a killed
+    process group left in /dev/shm. Another run's segment in use is mapped, so it is kept."""
+    import glob
+    import time
+
+    now = time.time()
+    candidates = []
+    for path in glob.glob(f"{glob.escape(prefix)}*"):
+        try:
+            made = os.stat(path).st_mtime
+        except FileNotFoundError:
+            continue
+        if since <= made <= now - settle_s:
+            candidates.append(path)
+    if not candidates:
+        return []
+    in_use = mapped_files((int(name) for name in os.listdir("/proc") if name.isdigit()), prefix)
+    removed = []
+    for path in sorted(set(candidates) - in_use):
         try:
             os.unlink(path)
             removed.append(path)

@@ -160,6 +160,15 @@ def _vllm_leftovers() -> set[str]:
     return (segments - mapped_files((int(d.name) for d in Path("/proc").glob("[0-9]*")), "/dev/shm/")) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
 
 
+def _new_leftovers(before: set[str], grace_s: float = 30.0) -> frozenset[str]:
+    """The leftovers made since ``before`` that remain after up to ``grace_s`` seconds (the killed launcher's
+    watchdog removes them once verl's group is gone, a moment after its last process exits; a leak stays)."""
+    deadline = time.monotonic() + grace_s
+    while (left := _vllm_leftovers() - before) and time.monotonic() < deadline:
+        time.sleep(1)
+    return frozenset(left)
+
+
 def _syncs(run: Path, attempt: int) -> int:
     path = run / "verl" / f"attempt-{attempt:03d}" / "cpu" / verl_cpu.SYNC_LOG
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -204,12 +213,11 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     first.wait()
     at_kill = tuple(list_checkpoints(ckpt_dir))
     survivors = _survivors(grace_s=60)
-    after_kill = frozenset(_vllm_leftovers() - before)
+    after_kill = _new_leftovers(before)
     again = subprocess.run(command, cwd=root, env=ENV, capture_output=True, text=True, timeout=1800)
     busy = subprocess.CompletedProcess(second.args, second.returncode, out.read_text(), err.read_text())
     at_end = _survivors(grace_s=60)
-    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill,
-                     frozenset(_vllm_leftovers() - before))
+    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill, _new_leftovers(before))
 
 
 def _survivors(grace_s: float) -> tuple[str, ...]:
