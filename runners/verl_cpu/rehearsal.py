@@ -158,12 +158,15 @@ def leftovers(cfg: DictConfig, state_dir: Path) -> tuple[Path, ...]:
     return (vllm_rpc_folder(state_dir), head_files_folder(state_dir)) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
 
 
+#: verl's weight sync (``BucketedWeightSender`` with shared memory) makes one ``verl_weights_<uuid>`` segment per
+#: sync and unlinks it when the sync ends; a process group killed mid-sync leaves it behind.
+SYNC_PREFIX = "/dev/shm/verl_weights_"
+
+
 def leftover_segments(cfg: DictConfig) -> tuple[str, ...]:
     """Prefixes of the shared-memory segments a vLLM rehearsal's group can leave if killed: verl's weight sync
-    makes one per sync (:data:`runners.verl_vllm_cpu.segments.SYNC_PREFIX`); the watchdog unlinks those of its
-    attempt that no live process maps. None for the stand-in (its sync is a file in the attempt)."""
-    from runners.verl_vllm_cpu.segments import SYNC_PREFIX
-
+    makes one per sync (:data:`SYNC_PREFIX`); the watchdog unlinks those of its attempt that no live process
+    maps. None for the stand-in (its sync is a file in the attempt)."""
     return (SYNC_PREFIX,) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
 
 

@@ -7,9 +7,6 @@ import os
 from collections.abc import Iterable
 
 SHM_PREFIX = "/dev/shm/psm_"
-#: verl's weight sync (``BucketedWeightSender`` with shared memory) makes one ``verl_weights_<uuid>`` segment per
-#: sync and unlinks it when the sync ends; a process group killed mid-sync leaves it behind.
-SYNC_PREFIX = "/dev/shm/verl_weights_"
 
 
 def mapped_files(pids: Iterable[int], prefix: str) -> set[str]:
