@@ -99,7 +99,7 @@ def _reap(pgid: int, grace_s: float, since: float, leftovers: list[str]) -> None
     _stop(pgid, grace_s)
     for leftover in leftovers:
         if leftover.endswith(_PREFIX_MARK):
-            unlink_orphans(leftover.removesuffix(_PREFIX_MARK), since, settle_s=0.0)
+            unlink_orphans(leftover.removesuffix(_PREFIX_MARK), since)
         else:
             shutil.rmtree(leftover, ignore_errors=True)
 

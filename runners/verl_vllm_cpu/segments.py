@@ -43,37 +43,33 @@ def unlink_engine_segments(pid: int) -> list[str]:
     unlinked, the memory stays valid for the mappings and is freed when the last process exits, however
     it ends (vLLM's own unlink at a graceful shutdown then finds nothing, which it ignores).
     """
-    removed = []
-    for path in sorted(mapped_segments(pid)):
-        try:
-            os.unlink(path)
-            removed.append(path)
-        except FileNotFoundError:
-            pass
-    return removed
+    return _unlink(mapped_segments(pid))
 
 
-def unlink_orphans(prefix: str, since: float, settle_s: float = 2.0) -> list[str]:
-    """Unlink the files under ``prefix`` made at or after ``since`` (a ``time.time()``) that no live process maps,
-    left alone for ``settle_s`` seconds (a segment being made is mapped within microseconds): what a killed
-    process group left in /dev/shm. Another run's segment in use is mapped, so it is kept."""
+def unlink_orphans(prefix: str, since: float) -> list[str]:
+    """Unlink the files under ``prefix`` made at or after ``since`` (a ``time.time()``) that no live process maps:
+    what a killed process group left in /dev/shm. Another run's segment in use is mapped, so it is kept."""
     import glob
-    import time
 
-    now = time.time()
-    candidates = []
+    made_since = set()
     for path in glob.glob(f"{glob.escape(prefix)}*"):
         try:
-            made = os.stat(path).st_mtime
+            if os.stat(path).st_mtime >= since:
+                made_since.add(path)
         except FileNotFoundError:
             continue
-        if since <= made <= now - settle_s:
-            candidates.append(path)
-    if not candidates:
-        return []
-    in_use = mapped_files((int(name) for name in os.listdir("/proc") if name.isdigit()), prefix)
+    return _unlink(made_since - mapped_files(live_pids(), prefix)) if made_since else []
+
+
+def live_pids() -> list[int]:
+    """Every process id /proc lists now."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _unlink(paths: Iterable[str]) -> list[str]:
+    """Unlink ``paths`` (sorted), passing over those already gone; the ones this call removed."""
     removed = []
-    for path in sorted(set(candidates) - in_use):
+    for path in sorted(paths):
         try:
             os.unlink(path)
             removed.append(path)

@@ -42,7 +42,7 @@ from runners.run import contract_check
 from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.checkpoints import list_checkpoints
 from runners.verl_cpu import rehearsal as cpu_rehearsal
-from runners.verl_vllm_cpu.segments import mapped_files
+from runners.verl_vllm_cpu.segments import live_pids, mapped_files
 
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
@@ -157,7 +157,7 @@ def _vllm_leftovers() -> set[str]:
     import tempfile
 
     segments = {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*")}
-    return (segments - mapped_files((int(d.name) for d in Path("/proc").glob("[0-9]*")), "/dev/shm/")) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
+    return (segments - mapped_files(live_pids(), "/dev/shm/")) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
 
 
 def _new_leftovers(before: set[str], grace_s: float = 30.0) -> frozenset[str]:
