@@ -1,72 +1,40 @@
-"""The four policy-loss arms, registered in verl's ``POLICY_LOSS_REGISTRY``.
+"""The project's policy losses, registered in verl's ``POLICY_LOSS_REGISTRY`` by ``ablations.registry``
+under the ``loss_mode`` of the arms that name them (``ablations/arms/``).
 
-The per-token math is :func:`ablations.token_loss.token_loss` (torch only); here each arm reads its
+The per-token math is :func:`ablations.token_loss.token_loss` (torch only); here each loss reads its
 inputs from verl's call, and minimises the token mean (``loss_agg_mode``, via verl's ``agg_loss``
 with ``config.global_batch_info``) of
 
     l_t = -A * ( sg(w_a) * log p(a) - C_t )
 
-| arm            | w_a                  | C_t                                            |
-|----------------|----------------------|------------------------------------------------|
-| ablation_pg    | 1                    | 0                                              |
-| ablation_tis   | min(p(a)/q(a), cap)  | 0                                              |
-| ablation_sc    | 1                    | keyword ``sc_correction`` (SC centering term)  |
-| ablation_sc_tis| min(p(a)/q(a), cap)  | keyword ``sc_correction`` (SC+TIS centering)   |
+| loss                  | w_a                                    | C_t                                       |
+|-----------------------|----------------------------------------|-------------------------------------------|
+| ablation_pg           | 1                                      | 0                                         |
+| ablation_tis          | min(p(a)/q(a), cap)                    | 0                                         |
+| ablation_sc           | 1                                      | keyword ``sc_correction`` (SC)            |
+| ablation_sc_tis       | min(p(a)/q(a), cap)                    | keyword ``sc_correction`` (SC+TIS)        |
+| ablation_sc_corrected | verl's rollout-correction weight, mask | keyword ``sc_correction`` (its IS rule)   |
 
 ``C_t`` comes from :func:`ablations.score_centering.centering_term` computed by the caller (it
 needs the trainer's logits at the sampler's head ids, which a policy loss never sees), as the
 keyword ``sc_correction`` or through :func:`ablations.token_loss.supplying_correction`. The TIS
 cap is verl's own ``policy_loss.rollout_correction.rollout_is_threshold`` (default 2.0).
-
-Adding an arm: one function decorated with :func:`arm` here (declaring what it reads: the TIS cap,
-the ``sc_correction`` term), and one ``conf/method/*.yaml`` (the arm spec, ``runners.config.schema.MethodConfig``:
-its ``tis_cap`` and ``score_centering`` must fit the declaration; ``runners.config.config_checks.check_arm``).
+``ablation_sc_corrected`` takes the sampled token's weight and rejection mask from verl's
+``compute_rollout_correction_and_rejection_mask`` with the block's four keys, exactly as verl's
+``bypass_mode`` loss does, and subtracts ``C_t``: with ``rollout_is=token`` and a number it is SC+TIS,
+with a ``lower_upper`` band it is SC with IcePop's weight.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
+from verl.trainer.ppo.core_algos import agg_loss
 
 from ablations.token_loss import resolve_correction, token_loss
-
-#: Names of the arms, in registration order (filled by :func:`arm`).
-ARM_NAMES: list[str] = []
-
-
-@dataclass(frozen=True)
-class ArmLoss:
-    """What a registered arm loss reads: the TIS cap (``tis``), the ``sc_correction`` term (``sc``)."""
-
-    name: str
-    tis: bool
-    sc: bool
-
-
-#: The declaration of every arm loss, by loss name (filled by :func:`arm`).
-ARM_LOSSES: dict[str, ArmLoss] = {}
-
-
-def arm(name: str, *, tis: bool = False, sc: bool = False) -> Callable:
-    """Register ``fn`` in verl's policy-loss registry under ``name``, declaring what it reads.
-
-    ``tis``: it weights by ``min(p/q, cap)`` with the cap of the actor config (the arm's yaml needs
-    ``tis_cap``); ``sc``: it needs the keyword ``sc_correction`` (the yaml needs ``score_centering``).
-    """
-
-    def decorator(fn: Callable) -> Callable:
-        register_policy_loss(name)(fn)
-        if name not in ARM_NAMES:
-            ARM_NAMES.append(name)
-        ARM_LOSSES[name] = ArmLoss(name=name, tis=tis, sc=sc)
-        return fn
-
-    return decorator
 
 
 def tis_cap(config: Any) -> float:
@@ -131,7 +99,6 @@ def _reinforce(
     return loss, metrics
 
 
-@arm("ablation_pg")
 def policy_loss_pg(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -146,7 +113,6 @@ def policy_loss_pg(
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, None, None)
 
 
-@arm("ablation_tis", tis=True)
 def policy_loss_tis(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -162,7 +128,6 @@ def policy_loss_tis(
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, cap, None)
 
 
-@arm("ablation_sc", sc=True)
 def policy_loss_sc(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -179,7 +144,6 @@ def policy_loss_sc(
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, None, correction)
 
 
-@arm("ablation_sc_tis", tis=True, sc=True)
 def policy_loss_sc_tis(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -197,3 +161,40 @@ def policy_loss_sc_tis(
     cap = tis_cap(config)
     correction = resolve_correction("ablation_sc_tis", log_prob, sc_correction)
     return _reinforce(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, cap, correction)
+
+
+def policy_loss_sc_corrected(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    sc_correction: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """SC with verl's rollout correction: ``l_t = -A (sg(w_t) log p(a) - C_t)`` over the tokens verl's
+    rejection mask keeps, token mean; ``w_t`` and the mask from verl's
+    ``compute_rollout_correction_and_rejection_mask`` on ``policy_loss.rollout_correction`` (as verl's
+    ``bypass_mode`` computes them; ``w_t = 1`` without ``rollout_is``). ``rollout_is_weights`` is ignored,
+    as ``bypass_mode`` ignores it."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    if config is None:
+        raise ValueError("ablation_sc_corrected needs verl's actor config (rollout_correction, global_batch_info)")
+    rc = config_value(config_value(config, "policy_loss"), "rollout_correction")
+    correction = resolve_correction("ablation_sc_corrected", log_prob, sc_correction)
+    with torch.no_grad():
+        weights_proto, kept, rc_metrics = compute_rollout_correction_and_rejection_mask(
+            old_log_prob=log_prob, rollout_log_prob=old_log_prob, response_mask=response_mask,
+            rollout_is=config_value(rc, "rollout_is"),
+            rollout_is_threshold=config_value(rc, "rollout_is_threshold", 2.0),
+            rollout_is_batch_normalize=config_value(rc, "rollout_is_batch_normalize", False),
+            rollout_rs=config_value(rc, "rollout_rs"), rollout_rs_threshold=config_value(rc, "rollout_rs_threshold"))
+    weights = None if weights_proto is None else weights_proto.batch["rollout_is_weights"]
+    loss_mat, metrics = token_loss(old_log_prob, log_prob, advantages, kept, None, correction, weights=weights)
+    loss = agg_loss(loss_mat=loss_mat, loss_mask=kept, loss_agg_mode=loss_agg_mode, **config.global_batch_info)
+    metrics.update(rc_metrics)
+    metrics["actor/pg_loss"] = float(loss.detach())
+    return loss, metrics

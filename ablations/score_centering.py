@@ -11,6 +11,11 @@ Two pieces:
 
       SC:      C = sum_{v in H} sg(q(v) - rho p(v)) log p(v)
       SC+TIS:  C = sum_{v in H} sg(min(p(v), c q(v)) - min(1, c rho) p(v)) log p(v)
+      SC+IcePop (band [l, u]):
+               C = sum_{v in H} sg(p(v) 1[l <= p(v)/q(v) <= u] - 1[l <= 1/rho <= u] p(v)) log p(v)
+
+  all three ``sum_H sg(q w(p/q) - alpha p) log p`` with ``alpha = rho w(1/rho)``, the head weight of
+  verl main's ``score_centering_correction`` (c6236f51) for ``w = 1``, ``min(r, c)`` and ``r 1[l <= r <= u]``.
 
   with ``rho = (1 - Q) / (1 - P)`` (both tail masses floored at ``eps``, as verl 8718ca30 does).
   Gradient flows only through the trainer's head log-probs; every sampler quantity, ``p`` inside
@@ -165,6 +170,7 @@ def centering_term(
     is_cap: float | None = None,
     eps: float = 1e-6,
     train_log_tail: torch.Tensor | None = None,
+    is_band: tuple[float, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token score-centering correction ``C_t`` and the head masses.
 
@@ -189,6 +195,9 @@ def centering_term(
         sampler_head_log_probs: ``(..., k)`` sampler log-probs ``log q(v)`` at the same ids
             (full-vocabulary normalised; ``-inf`` entries carry zero mass; detached).
         is_cap: ``None`` for SC; the TIS cap ``c`` (2.0 in the reference) for SC+TIS.
+        is_band: IcePop's ``(lower, upper)`` for ``w(r) = r 1[lower <= r <= upper]`` (not with ``is_cap``):
+            the head term is ``p`` where ``p/q`` lies in the band and 0 elsewhere (``q = 0`` included), and
+            ``alpha = rho (1/rho)`` where ``1/rho`` lies in the band, else 0.
         eps: floor of both tail masses when forming ``rho``.
         train_log_tail: ``(...)`` ``log(1 - P)`` of the trainer, summed over the tail (optional).
 
@@ -206,6 +215,9 @@ def centering_term(
                          f"{tuple(train_head_log_probs.shape[:-1])}")
     if is_cap is not None and not is_cap > 0:
         raise ValueError(f"is_cap must be > 0 or None, got {is_cap}")
+    if is_band is not None and (is_cap is not None or not 0 < is_band[0] <= is_band[1]):
+        raise ValueError(f"is_band must be (lower, upper) with 0 < lower <= upper, without is_cap; got {is_band}, "
+                         f"is_cap={is_cap}")
     log_p = train_head_log_probs.to(_compute_dtype(train_head_log_probs.dtype))
     with torch.no_grad():
         q = sampler_head_log_probs.detach().to(log_p.dtype).exp()  # exp(-inf) = 0
@@ -217,7 +229,13 @@ def centering_term(
             train_tail = train_log_tail.detach().double().exp()
         sampler_mass, train_mass = (1.0 - sampler_tail).to(log_p.dtype), (1.0 - train_tail).to(log_p.dtype)
         rho = (sampler_tail.clamp_min(eps) / train_tail.clamp_min(eps)).to(log_p.dtype)
-        if is_cap is None:
+        if is_band is not None:
+            lower, upper = is_band
+            ratio = (log_p.detach() - sampler_head_log_probs.detach().to(log_p.dtype)).exp()  # p/q; inf where q = 0
+            coef = torch.where((ratio >= lower) & (ratio <= upper), p, torch.zeros_like(p))
+            inverse = 1.0 / rho
+            alpha = torch.where((inverse >= lower) & (inverse <= upper), rho * inverse, torch.zeros_like(rho))
+        elif is_cap is None:
             coef = q  # head coefficient q(v); q is not needed afterwards, so it is updated in place
             alpha = rho
         else:

@@ -63,6 +63,7 @@ def token_loss(
     response_mask: torch.Tensor,
     cap: float | None,
     correction: torch.Tensor | None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``l_t = -A (sg(w_a) log p(a) - C_t)`` per token (not aggregated) and the arm's diagnostics.
 
@@ -70,12 +71,16 @@ def token_loss(
         old_log_prob, log_prob, advantages, response_mask: ``(B, T)``; ``log_prob`` carries the gradient.
         cap: the TIS cap (``w_a = min(p(a)/q(a), cap)``) or None (``w_a = 1``).
         correction: ``C_t`` or None.
+        weights: a sampled-token weight computed elsewhere (verl's rollout correction, detached), used as
+            ``w_a``; not together with ``cap``.
 
     Returns:
         the loss matrix and ``actor/ppo_kl`` (k1 estimate of KL(q || p)), with a cap
         ``actor/tis_clip_fraction`` and ``actor/tis_weight_mean``, with a correction ``actor/sc_correction``
         (masked means over ``response_mask``).
     """
+    if cap is not None and weights is not None:
+        raise ValueError("token_loss takes a TIS cap or precomputed weights, not both")
     mask = response_mask.bool()
     metrics: dict[str, float] = {}
     with torch.no_grad():
@@ -89,6 +94,8 @@ def token_loss(
             metrics["actor/tis_clip_fraction"] = _masked_mean((log_ratio > math.log(cap)).float(), mask)
             metrics["actor/tis_weight_mean"] = _masked_mean(weight, mask)
         score = weight * log_prob
+    elif weights is not None:
+        score = weights.detach() * log_prob
     if correction is not None:
         score = score - correction
         metrics["actor/sc_correction"] = _masked_mean(correction.detach(), mask)

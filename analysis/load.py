@@ -35,7 +35,7 @@ import pandas as pd
 
 from analysis.peers import Peers, group_runs, swept_keys
 from runners.run import peer_keys, run_contract
-from runners.run.contract_check import RunData, describe_problem_diff, read_run, run_traits
+from runners.run.contract_check import RunData, describe_problem_diff, read_run, run_arm
 from runners.run.run_contract import CONFIG_FILE, METRICS_FILE, VAL_DIR
 
 REPORT_DIR = "report"
@@ -54,7 +54,7 @@ UNKNOWN_RANK = 4
 
 
 def method_sort_key(method: str, rank: int = UNKNOWN_RANK) -> tuple[int, str]:
-    """Order arms by their traits' rank (``runners.config.schema.ArmTraits.rank``: PG-like, TIS, SC, SC+TIS),
+    """Order arms by their rank (``ablations.arms.ArmSpec.rank``: uncorrected, corrected, SC, SC corrected),
     then by name: pg, tis, sc, sc_tis for the four arms; a new arm sits with the arms of its traits."""
     return (rank, method)
 
@@ -330,9 +330,9 @@ def _build(root: Path, datas: list[RunData], k: int, problems: dict[str, tuple[s
 
 
 def _arm_rank(run_dir: Path) -> int:
-    """The trait rank of the run's arm, from its saved config (:func:`runners.run.contract_check.run_traits`)."""
-    traits = run_traits(run_dir)
-    return UNKNOWN_RANK if traits is None else traits.rank
+    """The rank of the run's arm, from its saved config (:func:`runners.run.contract_check.run_arm`)."""
+    arm = run_arm(run_dir)
+    return UNKNOWN_RANK if arm is None else arm.rank
 
 
 def tidy_counts(samples: pd.DataFrame, run_order: list[str]) -> pd.DataFrame:

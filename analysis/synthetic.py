@@ -20,12 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.config.schema import arm_traits
+from ablations.arms import ArmSpec, all_arms
 from runners.run.contract_check import (
     CONFIG_FILE,
     VAL_DIR,
-    is_sc_arm,
-    is_tis_arm,
     required_train_metrics,
     val_file_name,
     val_metric_names,
@@ -33,20 +31,15 @@ from runners.run.contract_check import (
 from runners.run.run_contract import repeat_dir_name
 from runners.run.run_record import RunRecord
 
-METHOD_DIR = Path(__file__).resolve().parent.parent / "conf" / "method"
-
 
 def method_config(method: str) -> dict:
-    """The ``method`` section a run of ``method`` saves: ``conf/method/<method>.yaml`` (the arm spec, without
-    its defaults list), or a PG-like arm (no TIS cap, no score centering) for a name without a yaml."""
-    import yaml
-
-    path = METHOD_DIR / f"{method}.yaml"
-    if not path.is_file():
-        return {"name": method, "loss_mode": f"ablation_{method}", "tis_cap": None, "score_centering": False}
-    spec = yaml.safe_load(path.read_text())
-    spec.pop("defaults", None)
-    return spec
+    """The ``method`` section a run of ``method`` saves: its declaration's method node (``ablations/arms/``,
+    without ``top_k``), or a PG-like arm (no correction, no score centering) for a name no arm declares."""
+    arm = all_arms().get(method)
+    if arm is None:
+        return {"name": method, "loss_mode": f"ablation_{method}", "tis_cap": None, "score_centering": False,
+                "rollout_correction": None}
+    return arm.method_node()
 
 DEFAULT_LIFT = {"pg": 0.3, "tis": 0.5, "sc": 0.9, "sc_tis": 1.0}
 
@@ -78,14 +71,19 @@ def synthetic_train_row(method: str, step: int, total_steps: int, rng: np.random
         "timing_s/gen": float(abs(rng.normal(20, 2))),
         "timing_s/update_actor": float(abs(rng.normal(8, 1))),
     }
-    if is_tis_arm(method_cfg):
+    arm = ArmSpec.of(method_cfg)
+    if arm.tis:
         row["actor/tis_clip_fraction"] = float(np.clip(rng.normal(0.01, 0.004), 0, 1))
         row["actor/tis_weight_mean"] = float(rng.normal(1.0, 0.01))
-    if is_sc_arm(method_cfg):
+    if arm.rollout_correction is not None and arm.is_level is not None:
+        row["actor/rollout_corr/rollout_is_mean"] = float(rng.normal(1.0, 0.01))
+    if arm.rejection is not None:
+        row["actor/rollout_corr/rollout_rs_masked_fraction"] = float(np.clip(rng.normal(0.02, 0.005), 0, 1))
+    if arm.sc:
         row["actor/sc_correction"] = float(rng.normal(0, 0.01))
         row["actor/sc_sampler_head_mass"] = float(np.clip(rng.normal(0.97, 0.005), 0, 1))
         row["actor/sc_train_head_mass"] = float(np.clip(rng.normal(0.96, 0.005), 0, 1))
-    assert set(row) == set(required_train_metrics(arm_traits(method_cfg)))
+    assert set(row) == set(required_train_metrics(arm))
     return row
 
 

@@ -8,8 +8,6 @@ is written under ``results_root``), with a message naming the key and the allowe
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -67,9 +65,9 @@ BAD_CONFIGS = [
     (["data.operation=div"], [r"data\.operation='div'", r"allowed: add, sub, mul"]),
     (["data.digits=0"], [r"data\.digits=0", r"an integer >= 1"]),
     (["data.eval_sets.0.size=0"], [r"data\.eval_sets\.0\.size=0", r"an integer >= 1"]),
-    # the arm: traits that fit the registered loss
-    (["method.loss_mode=ablation_nope"], [r"method\.loss_mode='ablation_nope'",
-                                          r"allowed: ablation_pg, ablation_sc, ablation_sc_tis, ablation_tis"]),
+    # the arm: what its declaration reads
+    (["method.loss_mode=ablation_nope"], [r"method\.loss_mode='ablation_nope' is not arm pg's loss",
+                                          r"allowed: method\.loss_mode=ablation_pg"]),
     (["method=tis", "method.tis_cap=null"], [r"method\.tis_cap is null", r"applies TIS; allowed: a number > 0"]),
     (["method=pg", "method.tis_cap=2.0"], [r"method\.tis_cap=2\.0", r"applies no TIS; allowed: null"]),
     (["method=sc", "method.score_centering=false"], [r"method\.score_centering=False",
@@ -124,9 +122,10 @@ def test_good_configs_pass_the_same_path(tmp_path, overrides):
 
 
 def test_head_size_is_set_once_per_setup():
-    """method yamls declare only the arm; the head size comes from the setup (config.yaml / the experiment)."""
-    for path in (config_checks.CONF_DIR / "method").glob("*.yaml"):
-        assert "top_k" not in OmegaConf.load(path), path
+    """An arm's declaration has no head size; it comes from the setup (config.yaml / the experiment)."""
+    from ablations.arms import all_arms
+
+    assert all("top_k" not in arm.method_node() for arm in all_arms().values())
     with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         assert {compose("config", overrides=[f"method={m}"]).method.top_k for m in config_checks.known_methods()} == {8}
         assert {compose("config", overrides=[EXPERIMENT, f"method={m}"]).method.top_k
@@ -135,121 +134,8 @@ def test_head_size_is_set_once_per_setup():
 
 def test_every_group_yaml_names_its_schema():
     names = {(g, n) for g, n, _ in schema.STORED}
-    for group, option in (("method", "pg"), ("backend", "local"), ("backend", "verl"), ("model", "tiny_qwen3"),
+    for group, option in (("backend", "local"), ("backend", "verl"), ("model", "tiny_qwen3"),
                           ("data", "synthetic_arith")):
         defaults = OmegaConf.load(config_checks.CONF_DIR / group / f"{option}.yaml").defaults
         assert defaults[0] in {n for g, n in names if g == group} and defaults[-1] == "_self_", (group, option)
     assert "base_config" in OmegaConf.load(config_checks.CONF_DIR / "config.yaml").defaults
-
-
-# -- a fifth arm: one @arm loss plus one yaml ----------------------------------------------------------
-FIFTH = "halfcap"  # neither "tis" nor "sc" in its name: its traits must come from its yaml
-FIFTH_LOSS = "ablation_test_halfcap"
-FIFTH_YAML = f"""# Test-only arm: SC+TIS at cap 1.5.
-defaults:
-  - base_method
-  - _self_
-name: {FIFTH}
-loss_mode: {FIFTH_LOSS}
-tis_cap: 1.5
-score_centering: true
-"""
-
-
-@pytest.fixture
-def fifth_arm(tmp_path, monkeypatch):
-    """A temporary conf dir with one more method yaml, and a test-only loss registered with ``@arm``."""
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
-
-    from ablations import losses
-
-    @losses.arm(FIFTH_LOSS, tis=True, sc=True)
-    def policy_loss_halfcap(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                            config=None, rollout_is_weights=None, sc_correction=None, **kwargs):
-        return losses.policy_loss_sc_tis(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
-                                         config, rollout_is_weights, sc_correction, **kwargs)
-
-    conf = tmp_path / "conf"
-    shutil.copytree(config_checks.CONF_DIR, conf)
-    (conf / "method" / f"{FIFTH}.yaml").write_text(FIFTH_YAML)
-    monkeypatch.setattr(config_checks, "CONF_DIR", conf)
-    monkeypatch.setattr(launch, "CONF_DIR", conf)
-    yield conf, policy_loss_halfcap
-    POLICY_LOSS_REGISTRY.pop(FIFTH_LOSS, None)
-    losses.ARM_LOSSES.pop(FIFTH_LOSS, None)
-    losses.ARM_NAMES.remove(FIFTH_LOSS)
-
-
-def _compose(conf: Path, overrides: list[str]):
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        cfg = compose("config", overrides=overrides)
-    OmegaConf.resolve(cfg)
-    return cfg
-
-
-def test_fifth_arm_embedded_backend(fifth_arm, tmp_path):
-    from runners.local.trainer import PolicyTrainer
-    from runners.tiny.model import build_model
-    from runners.tiny.tokenizer import build_tokenizer
-
-    conf, loss_fn = fifth_arm
-    launch.prevalidate([f"method={FIFTH}", f"results_root={tmp_path / 'r'}"])  # the embedded validation path
-    with pytest.raises(config_error.ConfigError, match=r"method\.score_centering=False does not fit"):
-        launch.prevalidate([f"method={FIFTH}", "method.score_centering=false", f"results_root={tmp_path / 'r'}"])
-    cfg = _compose(conf, [f"method={FIFTH}", f"results_root={tmp_path / 'r'}"])
-    tokenizer = build_tokenizer()
-    trainer = PolicyTrainer(build_model(cfg.model, tokenizer), cfg, tokenizer.pad_token_id)
-    assert trainer.loss_fn is loss_fn and trainer.cap == 1.5 and trainer.score_centering
-    rc = trainer.config.policy_loss.rollout_correction
-    assert rc.rollout_is == "token" and rc.rollout_is_threshold == 1.5
-
-
-def test_fifth_arm_verl_overrides_and_ingestion(fifth_arm, tmp_path):
-    from runners.verl_backend import launch as verl_launch
-    from runners.verl_backend.ingest import RunSpec
-
-    conf, _ = fifth_arm
-    overrides = [EXPERIMENT, f"method={FIFTH}", f"results_root={tmp_path / 'r'}", "backend.dry_run=true"]
-    launch.prevalidate(overrides)
-    cfg = _compose(conf, overrides)
-    from runners.verl_revisions import installed
-
-    got = set(verl_launch.build_spec(cfg, tmp_path / "r" / "run", attempt=1).overrides)
-    transport = {  # the SC keys of the installed verl's head transport
-        installed.VERL_TRANSPORT: {"++actor_rollout_ref.rollout.topk_log_probs=128",
-                             "++algorithm.rollout_correction.score_centering=True",
-                             "++actor_rollout_ref.actor.policy_loss.rollout_correction.score_centering=True"},
-        installed.PROJECT_TRANSPORT: {"++actor_rollout_ref.rollout.agent.agent_loop_manager_class="
-                                "runners.verl_head.agent_loop.HeadAgentLoopManager",
-                                "++actor_rollout_ref.rollout.custom.sc_ablations_topk=128",
-                                "++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=128"},
-    }[installed.transport()]
-    assert {f"actor_rollout_ref.actor.policy_loss.loss_mode={FIFTH_LOSS}",
-            "++actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token",
-            "++actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is_threshold=1.5",
-            "algorithm.rollout_correction.rollout_is_threshold=1.5", *transport} <= got
-    spec = RunSpec.from_cfg(cfg, tmp_path)
-    assert spec.method == FIFTH and spec.tis and spec.sc
-
-
-def test_fifth_arm_analysis_order_and_metrics(fifth_arm, tmp_path):
-    from analysis.load import load_sweep
-    from analysis.synthetic import build_sweep
-    from runners.run.contract_check import read_run, required_train_metrics, run_traits
-    from runners.run.run_contract import SC_TRAIN_METRICS, TIS_TRAIN_METRICS
-
-    conf, _ = fifth_arm
-    spec = OmegaConf.to_container(OmegaConf.load(conf / "method" / f"{FIFTH}.yaml"))
-    spec.pop("defaults")
-    root = build_sweep(tmp_path / "sweep", methods=(FIFTH, "sc_tis", "pg", "sc", "tis"), total_steps=10,
-                       eval_every=10, sets={"a": 3}, k=2, method_configs={FIFTH: spec})
-    assert load_sweep(root).methods == ["pg", "tis", "sc", FIFTH, "sc_tis"]  # with the SC+TIS arms, by traits
-    traits = run_traits(root / f"{FIFTH}-seed1")
-    assert traits == schema.ArmTraits(tis=True, sc=True)
-    required = required_train_metrics(traits)
-    assert set(TIS_TRAIN_METRICS) <= set(required) and set(SC_TRAIN_METRICS) <= set(required)
-    # its runs must log the SC metrics: a row without one is a violation
-    metrics = root / f"{FIFTH}-seed1" / "metrics.json"
-    metrics.write_text(metrics.read_text().replace('"actor/sc_correction"', '"actor/sc_correction_gone"', 1))
-    _, violations = read_run(root / f"{FIFTH}-seed1")
-    assert any("'actor/sc_correction'" in v and "a TIS and SC arm" in v for v in violations)

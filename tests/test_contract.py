@@ -56,27 +56,34 @@ def test_running_run_may_be_short_and_open(run_dir):
 
 def test_required_metrics_per_arm():
     """Required metrics follow the arm's saved traits (its method config), not its name."""
+    from ablations.arms import ArmSpec
     from analysis.synthetic import method_config
-    from runners.config.schema import ArmTraits, arm_traits
+    from runners.run.run_contract import IS_TRAIN_METRICS, REJECTION_TRAIN_METRICS
 
-    tis, sc, both, pg = (required_train_metrics(arm_traits(method_config(m))) for m in ("tis", "sc", "sc_tis", "pg"))
+    tis, sc, both, pg = (required_train_metrics(ArmSpec.of(method_config(m))) for m in ("tis", "sc", "sc_tis", "pg"))
     assert set(TIS_TRAIN_METRICS) <= set(tis) and not set(SC_TRAIN_METRICS) & set(tis)
     assert set(SC_TRAIN_METRICS) <= set(sc) and not set(TIS_TRAIN_METRICS) & set(sc)
     assert set(TIS_TRAIN_METRICS) <= set(both) and set(SC_TRAIN_METRICS) <= set(both)
     assert len(pg) == 13 and required_train_metrics(None) == pg
     # a name says nothing: an arm called "plain" with a cap is a TIS arm
-    assert required_train_metrics(arm_traits({"name": "plain", "tis_cap": 2.0})) == tis
-    assert required_train_metrics(ArmTraits(tis=False, sc=False)) == pg
+    assert required_train_metrics(ArmSpec.of({"name": "plain", "tis_cap": 2.0})) == tis
+    assert required_train_metrics(ArmSpec.of({"name": "plain"})) == pg
+    # verl's rollout correction: its weight's and its mask's metrics, by verl's names
+    icepop, geo, sc_icepop = (required_train_metrics(ArmSpec.of(method_config(m)))
+                              for m in ("icepop", "geo_mask", "sc_icepop"))
+    assert set(IS_TRAIN_METRICS) <= set(icepop) and not set(REJECTION_TRAIN_METRICS) & set(icepop)
+    assert set(REJECTION_TRAIN_METRICS) <= set(geo) and not set(IS_TRAIN_METRICS) & set(geo)
+    assert set(IS_TRAIN_METRICS) | set(SC_TRAIN_METRICS) <= set(sc_icepop) and not set(TIS_TRAIN_METRICS) & set(sc_icepop)
 
 
-def test_run_traits_come_from_the_saved_config(run_dir):
-    from runners.config.schema import ArmTraits
-    from runners.run.contract_check import run_traits
+def test_the_run_arm_comes_from_the_saved_config(run_dir):
+    from runners.run.contract_check import run_arm
 
     (run_dir / "config.yaml").write_text("method:\n  name: odd\n  tis_cap: 1.5\n  score_centering: true\n")
-    assert run_traits(run_dir) == ArmTraits(tis=True, sc=True)
-    (run_dir / "config.yaml").write_text("method: tis\n")  # no method section: unknown traits
-    assert run_traits(run_dir) is None
+    arm = run_arm(run_dir)
+    assert arm.tis and arm.sc and arm.tis_cap == 1.5 and arm.rollout_correction is None
+    (run_dir / "config.yaml").write_text("method: tis\n")  # no method section: unknown arm
+    assert run_arm(run_dir) is None
 
 
 def test_missing_and_corrupt_metrics_json(run_dir):

@@ -539,14 +539,14 @@ def test_project_processor_is_the_projects_centering_term(actor_config, rollout_
     (grad,) = torch.autograd.grad(out["sc_correction"].sum(), logits)
     (grad_ref,) = torch.autograd.grad(want.sum(), logits)
     torch.testing.assert_close(grad, grad_ref, atol=1e-6, rtol=1e-5)
-    assert correction.is_cap_from(config) == cap
+    assert correction.is_rule_from(config) == (cap, None)
 
 
 def test_processor_rejects_what_the_project_cannot_compute(actor_config):
-    with pytest.raises(ValueError, match="IcePop"):
-        correction.is_cap_from(actor_config("ablation_sc_tis", rollout_is="token", threshold="0.5_5.0"))
+    assert correction.is_rule_from(actor_config("ablation_sc_corrected", rollout_is="token", threshold="0.5_5.0")) \
+        == (None, (0.5, 5.0))  # IcePop's band: verl main's weight, which the centering term now composes with
     with pytest.raises(ValueError, match="token-level"):
-        correction.is_cap_from(actor_config("ablation_sc_tis", rollout_is="sequence"))
+        correction.is_rule_from(actor_config("ablation_sc_tis", rollout_is="sequence"))
     data = packed_batch([2], 3, 7)
     with pytest.raises(NotImplementedError, match="thd"):
         sc_seam.project_logits_processor(torch.randn(1, 2, 7), data, actor_config(), data_format="bshd")

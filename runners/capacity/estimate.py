@@ -96,7 +96,7 @@ def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
 def inputs_of(cfg: DictConfig) -> Inputs:
     """The plan's inputs from a resolved verl-backend config; :class:`ConfigError` naming the key where a
     value cannot be planned with (a number that is not finite, lengths no distribution has)."""
-    from runners.config.schema import arm_traits
+    from ablations.arms import ArmSpec
 
     for key in ("gpu.memory_bytes", "gpu.memory_bandwidth_bytes_per_s", "gpu.bf16_dense_flops",
                 *(f"backend.capacity.{k}" for k in ("cuda_context_bytes", "trainer_nccl_bytes", "fragmentation",
@@ -116,7 +116,7 @@ def inputs_of(cfg: DictConfig) -> Inputs:
         total_steps=int(cfg.trainer.total_steps), test_freq=int(cfg.trainer.test_freq),
         eval_prompts=sum(int(s.size) for s in cfg.data.eval_sets), eval_n=int(cfg.eval.n),
         gradient_checkpointing=bool(actor.gradient_checkpointing), tokens_per_micro_batch=int(actor.max_token_len_per_gpu),
-        offload_policy=bool(actor.offload_policy), head_bytes_per_token=_head_bytes(int(cfg.method.top_k)) if arm_traits(cfg.method).sc else 0)
+        offload_policy=bool(actor.offload_policy), head_bytes_per_token=_head_bytes(int(cfg.method.top_k)) if ArmSpec.of(cfg.method).sc else 0)
     return Inputs(
         shape=shape, shape_source=source, gpu_name=str(cfg.gpu.name), gpu_bytes=int(cfg.gpu.memory_bytes),
         bandwidth=float(cfg.gpu.memory_bandwidth_bytes_per_s), flops=float(cfg.gpu.bf16_dense_flops),
@@ -127,7 +127,7 @@ def inputs_of(cfg: DictConfig) -> Inputs:
         offload_policy=bool(actor.offload_policy), calculate_entropy=bool(actor.calculate_entropy),
         entropy_chunking=bool(actor.entropy_from_logits_with_chunking), entropy_chunk_rows=int(actor.entropy_chunk_size),
         entropy_checkpointing=bool(actor.entropy_checkpointing), flash_attn=bool(cap.flash_attn),
-        temperature=float(cfg.rollout.temperature), sc_top_k=int(cfg.method.top_k) if arm_traits(cfg.method).sc else 0,
+        temperature=float(cfg.rollout.temperature), sc_top_k=int(cfg.method.top_k) if ArmSpec.of(cfg.method).sc else 0,
         gpu_memory_utilization=float(engine.gpu_memory_utilization), rollout_dtype_bytes=DTYPE_BYTES[str(engine.dtype)],
         max_num_seqs=int(engine.max_num_seqs), max_num_batched_tokens=int(engine.max_num_batched_tokens),
         cuda_context_bytes=int(cap.cuda_context_bytes), trainer_nccl_bytes=int(cap.trainer_nccl_bytes),

@@ -2,8 +2,8 @@
 
 1. the schema (``runners.config.schema``): types (already enforced by composition, see :func:`compose_checked`),
    allowed values and ranges of every key, declared once as field metadata;
-2. the arm (:func:`check_arm`): a known method file whose traits (``tis_cap``, ``score_centering``) fit
-   what its registered loss declares (``@arm`` in ``ablations/losses.py``);
+2. the arm (:func:`check_arm`): a declared arm (``ablations/arms/``) whose method node keeps its declaration's
+   shape, with thresholds verl's own parsers accept;
 3. cross-field rules (:func:`check_rules`): score centering needs the full distribution, a non-default
    ``scenario`` only for the local backend, the local sampler's limits, micro-batches that divide the batch;
 4. the command line's keys (:func:`check_override_keys`) and the backend a config names (:func:`backend_module`).
@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from ablations.arms import ArmSpec
 from runners.config import CONF_DIR, schema
 from runners.config.config_error import ConfigError
 
@@ -34,7 +35,10 @@ SCENARIO_BACKENDS = ("local",)
 
 
 def known_methods() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+    """The declared arms' names (``ablations/arms/``), in declaration order."""
+    from ablations.arms import all_arms
+
+    return list(all_arms())
 
 
 def compose_checked(compose: Callable[[list[str]], DictConfig], overrides: list[str]) -> DictConfig:
@@ -77,33 +81,71 @@ def check_schema(cfg: DictConfig) -> None:
 
 
 def check_arm(cfg: DictConfig) -> None:
-    """The arm: a known method file, a registered arm loss, traits that fit what the loss reads."""
-    from ablations.losses import ARM_LOSSES
+    """The arm: a declared arm (``ablations/arms/``) whose ``method`` node reads what its declaration reads
+    (an override may move a cap or a threshold, not add or drop a correction), with thresholds verl's own
+    parsers accept and, for an SC arm, a token-level IS rule the centering term can compose with."""
+    from ablations.arms import ArmSpec, all_arms
 
     m = cfg.method
-    methods = known_methods()
-    if m.name not in methods:
-        raise ConfigError(f"method.name={m.name!r} is unknown; allowed: {', '.join(methods)}")
-    loss = ARM_LOSSES.get(m.loss_mode)
-    if loss is None:
-        raise ConfigError(f"method.loss_mode={m.loss_mode!r} is not a registered verl policy loss of an arm "
-                          f"(@arm in ablations/losses.py); allowed: {', '.join(sorted(ARM_LOSSES))}")
-    traits = schema.arm_traits(m)
-    if traits.tis != loss.tis:
-        applies = "applies TIS; allowed: a number > 0" if loss.tis else "applies no TIS; allowed: null"
+    arms = all_arms()
+    if m.name not in arms:
+        raise ConfigError(f"method.name={m.name!r} is unknown; allowed: {', '.join(arms)} "
+                          "(an arm is declared in a module of ablations/arms/: docs/arms.md)")
+    spec, declared = ArmSpec.of(m), ArmSpec.of(arms[m.name].method_node())
+    if spec.loss_mode != declared.loss_mode:
+        raise ConfigError(f"method.loss_mode={spec.loss_mode!r} is not arm {m.name}'s loss; allowed: "
+                          f"method.loss_mode={declared.loss_mode}")
+    if spec.tis != declared.tis:
+        applies = "applies TIS; allowed: a number > 0" if declared.tis else "applies no TIS; allowed: null"
         state = " is null" if m.tis_cap is None else f"={m.tis_cap}"
         raise ConfigError(f"method.tis_cap{state} but method.loss_mode={m.loss_mode} {applies}")
-    if traits.sc != loss.sc:
-        raise ConfigError(f"method.score_centering={m.score_centering} does not fit method.loss_mode={m.loss_mode}, "
-                          f"which {'takes' if loss.sc else 'does not take'} sc_correction; allowed: "
-                          f"method.score_centering={str(loss.sc).lower()}")
+    if spec.sc != declared.sc:
+        raise ConfigError(f"method.score_centering={m.score_centering} does not fit arm {m.name}, which "
+                          f"{'takes' if declared.sc else 'does not take'} the centering term; allowed: "
+                          f"method.score_centering={str(declared.sc).lower()}")
+    ours, theirs = spec.verl_rollout_correction(), declared.verl_rollout_correction()
+    for key in ("rollout_is", "rollout_rs"):
+        if (ours[key] is None) != (theirs[key] is None):
+            raise ConfigError(f"method.rollout_correction.{key}={ours[key]!r}: arm {m.name} "
+                              f"{'has' if theirs[key] is not None else 'has no'} {key}; allowed: "
+                              f"{'token or sequence' if key == 'rollout_is' and theirs[key] else theirs[key] or 'null'}")
+    if spec.rollout_correction is not None:
+        _check_verl_correction(ours)
+    if spec.sc:
+        try:
+            spec.centering_weight()
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+
+
+def _check_verl_correction(block: dict) -> None:
+    """The rollout-correction block through verl's own parsers (``rollout_corr_helper``), each error one line."""
+    from verl.trainer.ppo import rollout_corr_helper as rch
+
+    prefix = "method.rollout_correction"
+    if block["rollout_is"] is not None:
+        try:
+            rch._parse_rollout_is_threshold(block["rollout_is_threshold"])
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{prefix}.rollout_is_threshold={block['rollout_is_threshold']!r}: {err} (a number "
+                              "> 0 truncates, 'lower_upper' is IcePop's band)") from err
+    if block["rollout_rs"] is not None:
+        options = [o.strip() for o in str(block["rollout_rs"]).split(",") if o.strip()]
+        unknown = [o for o in options if o not in rch.SUPPORTED_ROLLOUT_RS_OPTIONS]
+        if unknown or not options:
+            raise ConfigError(f"{prefix}.rollout_rs={block['rollout_rs']!r}; allowed: comma-separated of "
+                              f"{', '.join(sorted(rch.SUPPORTED_ROLLOUT_RS_OPTIONS))}")
+        try:
+            rch._parse_rollout_rs_thresholds(options, block["rollout_rs_threshold"])
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{prefix}.rollout_rs_threshold={block['rollout_rs_threshold']!r}: {err}") from err
 
 
 def check_rules(cfg: DictConfig) -> None:
     """Rules across keys (the schema has checked each key on its own)."""
     r = cfg.rollout
     check_scenario(cfg.scenario, cfg.backend.name)
-    if cfg.method.score_centering and (r.top_p != 1.0 or r.top_k != -1):
+    if ArmSpec.of(cfg.method).sc and (r.top_p != 1.0 or r.top_k != -1):
         raise ConfigError(
             f"score centering needs the sampler's full distribution: rollout.top_p={r.top_p}, "
             f"rollout.top_k={r.top_k}; allowed: rollout.top_p=1.0 and rollout.top_k=-1"

@@ -47,12 +47,19 @@ def _head_transport(config: Mapping[str, Any]) -> Any:
     return "flat_logprobs" if isinstance(backend, Mapping) and backend.get("name") == "verl" else NOT_APPLICABLE
 
 
+def _rollout_correction(config: Mapping[str, Any]) -> Any:
+    """Before ``method.rollout_correction`` (added with the plug-in arms), an arm's only correction was its
+    ``tis_cap``: the four arms then had none."""
+    return None
+
+
 #: ``{dotted key: value of a run written before the key existed, from its config}`` (or
 #: :data:`NOT_APPLICABLE`).
 ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "eval.numerics": _eval_numerics,
     "backend.rehearsal_rollout": _rehearsal_rollout,
     "backend.rollout_engine.head_transport": _head_transport,
+    "method.rollout_correction": _rollout_correction,
 }
 
 

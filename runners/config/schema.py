@@ -25,7 +25,6 @@ the project's code finds the schemas.
 import dataclasses
 import math
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional  # noqa: UP035 - OmegaConf reads these annotations
 
@@ -103,17 +102,31 @@ def between(low: float, high: float, default: Any = MISSING, *, integer: bool = 
 
 
 DTYPES = ("float32", "bfloat16", "float16")
+IS_LEVELS = ("token", "sequence")
 WEIGHT_DTYPES = (*DTYPES, "float8_e4m3fn")
 
 
 # -- method: the arm spec ----------------------------------------------------------------------------
 @dataclass
-class MethodConfig:
-    """An arm (``conf/method/<name>.yaml``): every consumer reads an arm's traits from here.
+class SampledTokenCorrection:
+    """``method.rollout_correction``: verl's rollout correction of the sampled token, in verl's keys
+    (``RolloutCorrectionConfig``); the thresholds are a number or a ``"lower_upper"`` string, checked by
+    verl's own parsers at launch (``runners.config.config_checks.check_arm``)."""
 
-    ``loss_mode`` is the registered policy loss (``@arm`` in ``ablations/losses.py``); ``tis_cap``
-    non-null makes the arm a TIS arm (token-level IS weight ``min(p/q, cap)``); ``score_centering``
-    makes it an SC arm (it needs the sampler's top-``top_k`` head). ``top_k`` is the head size of the
+    rollout_is: Optional[str] = _field(None, Rule(choices=IS_LEVELS, nullable=True))  # noqa: UP045
+    rollout_is_threshold: Any = None
+    rollout_rs: Optional[str] = None  # noqa: UP045
+    rollout_rs_threshold: Any = None
+
+
+@dataclass
+class MethodConfig:
+    """An arm's ``method`` node, made from its declaration (``ablations/arms/``, one node per arm in the
+    ``method`` group) and read through :class:`ablations.arms.ArmSpec`.
+
+    ``loss_mode`` is the policy loss verl looks up; ``tis_cap`` non-null: the project's token-level IS
+    weight ``min(p/q, cap)``; ``rollout_correction``: any other correction, in verl's keys;
+    ``score_centering``: it needs the sampler's top-``top_k`` head. ``top_k`` is the head size of the
     setup (its vocabulary), set once per setup: ``conf/config.yaml`` (embedded) or the experiment.
     """
 
@@ -121,27 +134,21 @@ class MethodConfig:
     loss_mode: str = MISSING
     tis_cap: Optional[float] = positive(None, nullable=True)  # noqa: UP045
     score_centering: bool = False
+    rollout_correction: Optional[SampledTokenCorrection] = None  # noqa: UP045
     top_k: int = at_least(1)
 
 
-@dataclass(frozen=True)
-class ArmTraits:
-    """What an arm is, from its method config: TIS arm, SC arm (needs the sampler head)."""
+def method_nodes() -> list[tuple[str, MethodConfig]]:
+    """(name, typed method node) of every declared arm, ``top_k`` left to the setup."""
+    from ablations.arms import all_arms
 
-    tis: bool
-    sc: bool
-
-    @property
-    def rank(self) -> int:
-        """Table order of the trait combination: PG-like 0, TIS 1, SC 2, SC+TIS 3."""
-        return 2 * self.sc + self.tis
-
-
-def arm_traits(method: Any) -> ArmTraits:
-    """The traits of a ``method`` config node (a mapping with ``tis_cap`` and ``score_centering``)."""
-    if not isinstance(method, Mapping | DictConfig):
-        raise SchemaError(f"method={method!r}: a method config (with tis_cap and score_centering) is needed")
-    return ArmTraits(tis=method.get("tis_cap") is not None, sc=bool(method.get("score_centering", False)))
+    out = []
+    for arm in all_arms().values():
+        node = arm.method_node()
+        rc = node.pop("rollout_correction")
+        out.append((arm.name, MethodConfig(**node, rollout_correction=None if rc is None
+                                           else SampledTokenCorrection(**rc))))
+    return out
 
 
 # -- the top level of conf/config.yaml ---------------------------------------------------------------
@@ -471,6 +478,8 @@ def register() -> None:
     store = ConfigStore.instance()
     for group, name, node in STORED:
         store.store(group=group, name=name, node=node)
+    for name, method in method_nodes():  # method=<arm>: one node per declared arm (ablations/arms/)
+        store.store(group="method", name=name, node=method)
 
 
 def schemas_of(cfg: DictConfig) -> list[tuple[str, type]]:
@@ -541,6 +550,10 @@ def _prune(value: Any, schema: Any) -> Any:
 
 
 def _inner_type(annotation: Any) -> Any:
+    """The dataclass of a field's type (``Optional[X]`` unwrapped), else None."""
+    if typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else annotation
     return annotation if isinstance(annotation, type) and dataclasses.is_dataclass(annotation) else None
 
 
@@ -556,6 +569,8 @@ def _check_rules(node: Any, schema: type, prefix: str) -> None:
         if OmegaConf.is_missing(node, f.name):
             raise SchemaError(f"{key} must be set (it is ??? in the config)")
         value = node[f.name]
+        if value is None and f.metadata.get("rule") is None:  # an optional node or value left out
+            continue
         rule = f.metadata.get("rule")
         if rule is not None and not rule.allows(value):
             how = "; allowed:" if rule.choices is not None else ": must be"

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from ablations.arms import ArmSpec
 from ablations.score_centering import centering_term, head_log_probs, head_log_probs_with_tail
 from runners.local.diagnostics import CenteringGradient, shared_context
 from runners.local.generate import left_pad, position_ids_from_mask
@@ -24,16 +25,14 @@ from runners.local.sampler import Rollout, collate
 
 
 def actor_config(method_cfg: DictConfig):
-    """verl's ``ActorConfig`` for a bypass-mode REINFORCE arm (the TIS cap lives in rollout_correction)."""
+    """verl's ``ActorConfig`` for a bypass-mode REINFORCE arm: the arm's rollout-correction block
+    (:meth:`ablations.arms.ArmSpec.verl_rollout_correction`: the TIS cap, or verl's IS weight and rejection
+    mask), as the verl backend writes it."""
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.workers.config.actor import ActorConfig, PolicyLossConfig
 
-    correction = RolloutCorrectionConfig(
-        rollout_is="token" if method_cfg.tis_cap is not None else None,
-        rollout_is_threshold=float(method_cfg.tis_cap) if method_cfg.tis_cap is not None else 2.0,
-        loss_type="reinforce",
-        bypass_mode=True,
-    )
+    correction = RolloutCorrectionConfig(**ArmSpec.of(method_cfg).verl_rollout_correction(), loss_type="reinforce",
+                                         bypass_mode=True)
     return ActorConfig(
         strategy="fsdp",
         ppo_micro_batch_size_per_gpu=1,
@@ -96,13 +95,16 @@ class PolicyTrainer:
         self.pad_id = pad_id
         self.loss_fn = get_policy_loss_fn(cfg.method.loss_mode)
         self.config = actor_config(cfg.method)
-        self.cap = float(cfg.method.tis_cap) if cfg.method.tis_cap is not None else None
-        self.score_centering = bool(cfg.method.score_centering)
+        arm = ArmSpec.of(cfg.method)
+        self.cap, self.band = arm.centering_weight() if arm.sc or arm.is_level == "token" else (None, None)
+        self.score_centering = arm.sc
         t = cfg.trainer
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
 
     def step(self, batch: Batch) -> dict[str, float]:
         """One optimizer step on ``batch``; returns the step's actor metrics."""
+        from verl.utils.py_functional import rename_dict
+
         self.model.train()
         rollout, device = batch.rollout, next(self.model.parameters()).device
         total_tokens = int(rollout.response_mask.sum())
@@ -128,11 +130,11 @@ class PolicyTrainer:
             kwargs = {}
             if self.score_centering:
                 correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap,
-                                                            train_log_tail=train_tail)
+                                                            train_log_tail=train_tail, is_band=self.band)
                 kwargs["sc_correction"] = correction
-            elif diagnose:  # the counterfactual correction of the SC arm with this arm's cap
+            elif diagnose:  # the counterfactual correction of the SC arm with this arm's IS rule
                 correction, q_mass, p_mass = centering_term(train_head, sampler_head, is_cap=self.cap,
-                                                            train_log_tail=train_tail)
+                                                            train_log_tail=train_tail, is_band=self.band)
             else:
                 with torch.no_grad():
                     _, q_mass, p_mass = centering_term(train_head.detach(), sampler_head, train_log_tail=train_tail)
@@ -144,6 +146,9 @@ class PolicyTrainer:
                 response_mask=mask, loss_agg_mode=self.cfg.trainer.loss_agg_mode, config=self.config, **kwargs,
             )
             loss.backward()
+            # named as verl's V1 trainer names the worker's loss metrics: the loss value as actor/pg_loss
+            # (workers/utils/losses.py), every key under actor/ (trainer_base.py, rename_dict)
+            loss_metrics = rename_dict({**loss_metrics, "actor/pg_loss": float(loss.detach())}, "actor/")
             with torch.no_grad():
                 log_p = torch.log_softmax(logits, dim=-1)
                 entropy = -(log_p.exp() * log_p).sum(-1)

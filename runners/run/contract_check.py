@@ -62,12 +62,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.config.schema import ArmTraits, arm_traits
+from ablations.arms import ArmSpec, all_arms
 from runners.run.run_contract import (
     CONFIG_FILE,
     EVERY_ARM_TRAIN_METRICS,
-    KNOWN_METHODS,
+    IS_TRAIN_METRICS,
     METRICS_FILE,
+    REJECTION_TRAIN_METRICS,
     REPEAT_DIR_RE,
     RUN_STATUSES,
     SAMPLE_FIELDS,
@@ -88,9 +89,9 @@ ACC_TOLERANCE = 1e-6
 MAX_EXAMPLES = 3  # examples listed per kind of line error in one file; the rest are counted
 
 
-def run_traits(run_dir: str | Path) -> ArmTraits | None:
-    """The arm's traits (TIS arm, SC arm) from the run's saved ``config.yaml`` (its ``method`` section,
-    ``runners.config.schema.arm_traits``); None when the file or the section is missing or unreadable."""
+def run_arm(run_dir: str | Path) -> ArmSpec | None:
+    """The run's arm (:class:`ablations.arms.ArmSpec`) from its saved ``config.yaml``'s ``method`` section;
+    None when the file or the section is missing or unreadable."""
     import yaml
 
     try:
@@ -98,35 +99,40 @@ def run_traits(run_dir: str | Path) -> ArmTraits | None:
     except (OSError, ValueError, yaml.YAMLError):  # a UnicodeDecodeError (not UTF-8) is a ValueError
         return None
     method = config.get("method") if isinstance(config, dict) else None
-    return arm_traits(method) if isinstance(method, dict) else None
+    try:
+        return ArmSpec.of(method) if isinstance(method, dict) else None
+    except (TypeError, ValueError):  # a hand-damaged method section: checked as an unknown arm
+        return None
 
 
-def _describe(traits: ArmTraits | None) -> str:
-    if traits is None:
+def _describe(arm: ArmSpec | None) -> str:
+    if arm is None:
         return "every arm (no method section in config.yaml)"
-    kinds = [k for k, on in (("TIS", traits.tis), ("SC", traits.sc)) if on]
+    kinds = [k for k, on in (("TIS", arm.tis), ("IS", arm.is_level is not None and not arm.tis),
+                             ("rejection", arm.rejection is not None), ("SC", arm.sc)) if on]
     return f"a {' and '.join(kinds)} arm by its config" if kinds else "an arm without TIS or SC by its config"
 
 
-def is_tis_arm(method_cfg: Any) -> bool:
-    """A TIS arm: its method config (``config.yaml``'s ``method``) sets a ``tis_cap``."""
-    return arm_traits(method_cfg).tis
-
-
-def is_sc_arm(method_cfg: Any) -> bool:
-    """An SC arm: its method config sets ``score_centering``."""
-    return arm_traits(method_cfg).sc
-
-
-def required_train_metrics(traits: ArmTraits | None) -> tuple[str, ...]:
-    """Train metric names every row of an arm with ``traits`` must carry (run_contract.md, "Metric names");
-    ``traits=None`` (a run folder without its method config): the metrics of every arm."""
-    names = list(EVERY_ARM_TRAIN_METRICS)
-    if traits is not None and traits.tis:
+def arm_train_metrics(arm: ArmSpec | None) -> tuple[str, ...]:
+    """The train metrics ``arm`` logs beyond every arm's: its weight's, its rejection mask's, its head's."""
+    if arm is None:
+        return ()
+    names: list[str] = []
+    if arm.tis:
         names += TIS_TRAIN_METRICS
-    if traits is not None and traits.sc:
+    if arm.rollout_correction is not None and arm.is_level is not None:
+        names += IS_TRAIN_METRICS
+    if arm.rejection is not None:
+        names += REJECTION_TRAIN_METRICS
+    if arm.sc:
         names += SC_TRAIN_METRICS
     return tuple(names)
+
+
+def required_train_metrics(arm: ArmSpec | None) -> tuple[str, ...]:
+    """Train metric names every row of ``arm`` must carry (run_contract.md, "Metric names"); ``arm=None``
+    (a run folder without its method config): the metrics of every arm."""
+    return (*EVERY_ARM_TRAIN_METRICS, *arm_train_metrics(arm))
 
 
 @dataclass
@@ -275,7 +281,7 @@ def _check_run_section(run: Any, train_steps: list[int], path: Path, issues: _Is
     method = run.get("method")
     if isinstance(method, str) and method and not re.fullmatch(r"[A-Za-z0-9_]+", method):
         issues.add(path, f"run.method {method!r} must be a name made of letters, digits and '_' "
-                         f"(known methods: {', '.join(KNOWN_METHODS)})")
+                         f"(declared arms: {', '.join(all_arms())})")
     sha = run.get("config_sha256")
     if isinstance(sha, str) and sha and not re.fullmatch(r"[0-9a-fA-F]+", sha):
         issues.add(path, f"run.config_sha256 must be hexadecimal, got {sha!r}")
@@ -363,7 +369,7 @@ def _check_attempts(attempts: Any, status: Any, last_train: int, path: Path, iss
                 issues.add(path, f"the last attempt ends at step {last['end_step']} but train ends at {last_train}")
 
 
-def _check_train(train: list[Any], method: str | None, traits: ArmTraits | None, path: Path,
+def _check_train(train: list[Any], method: str | None, traits: ArmSpec | None, path: Path,
                  issues: _Issues) -> list[int]:
     steps: list[int] = []
     required = required_train_metrics(traits)
@@ -559,7 +565,7 @@ def read_run(run_dir: str | Path) -> tuple[RunData, list[str]]:
         return data, issues.result()
     run = metrics.get("run")
     method = run.get("method") if isinstance(run, dict) and isinstance(run.get("method"), str) else None
-    steps = _check_train(train, method, run_traits(run_dir), mpath, issues)
+    steps = _check_train(train, method, run_arm(run_dir), mpath, issues)
     _check_run_section(run, steps, mpath, issues)
     edited = config_edited(run_dir) if config_ok else None
     if edited is not None:

@@ -10,8 +10,8 @@ a new config group adds is one at once), minus two explicit lists:
   are kept and how often verl's logs are merged, where warm-started bases are cached, the interpreter
   that runs verl, and the capacity plan's inputs (``gpu``, ``backend.capacity``: checked before a
   launch, nothing trains on them). A key listed here matches itself and every key under it.
-- :data:`ARM_KEYS` -- the keys of an arm's own method file (``conf/method/<name>.yaml``: ``method.name``,
-  ``method.loss_mode``, ``method.tis_cap``, ``method.score_centering``): they differ between arms by
+- :data:`ARM_KEYS` -- the keys of an arm's declaration (``ablations/arms/``: ``method.name``,
+  ``method.loss_mode``, ``method.tis_cap``, ``method.score_centering``, ``method.rollout_correction``): they differ between arms by
   design, and the arm is the comparison's own axis. ``method.top_k`` (the setup's head size) is set by
   the setup, not by the arm, and so stays a pooling key.
 
@@ -42,21 +42,16 @@ INERT_KEYS: frozenset[str] = frozenset({
     "backend.ingest_interval_s", "backend.cache_dir", "backend.python",
     "gpu", "backend.capacity",
 })
-_CONF_METHOD_DIR = Path(__file__).resolve().parent.parent / "conf" / "method"
 
 
 def _arm_keys() -> frozenset[str]:
-    """``method.<key>`` for every key the arms' method files set (their defaults list aside)."""
-    import yaml
+    """``method.<key>`` for every key an arm's declaration sets (``ablations.arms.Arm.method_node``)."""
+    from ablations.arms import Arm
 
-    keys = {"name", "loss_mode", "tis_cap", "score_centering"}
-    for path in sorted(_CONF_METHOD_DIR.glob("*.yaml")):
-        spec = yaml.safe_load(path.read_text()) or {}
-        keys |= {k for k in spec if k != "defaults"}
-    return frozenset(f"method.{k}" for k in keys)
+    return frozenset(f"method.{k}" for k in Arm(name="", loss_mode="", summary="").method_node())
 
 
-#: Keys of the arm itself (they differ between arms by design): the keys of ``conf/method/*.yaml``.
+#: Keys of the arm itself (they differ between arms by design): the keys of its declaration's method node.
 ARM_KEYS: frozenset[str] = _arm_keys()
 
 
@@ -82,7 +77,7 @@ def under(key: str, roots: Iterable[str]) -> bool:
 
 def is_pooling_key(key: str) -> bool:
     """Whether ``key`` (dotted) can change a number in the report (not inert, not the arm's own)."""
-    return not under(key, INERT_KEYS) and key not in ARM_KEYS
+    return not under(key, INERT_KEYS) and not under(key, ARM_KEYS)
 
 
 def setting(config: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:

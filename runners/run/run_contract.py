@@ -48,7 +48,6 @@ def val_path(run_dir: Path, step: int, repeat: int = 0) -> Path:
 
 # -- metrics.json ---------------------------------------------------------------------------------
 RUN_STATUSES = ("running", "finished", "failed", "stopped")  # stopped: by the user (Ctrl-C); the same command resumes
-KNOWN_METHODS = ("pg", "tis", "sc", "sc_tis")
 
 EVERY_ARM_TRAIN_METRICS = (
     "critic/score/mean",
@@ -66,6 +65,11 @@ EVERY_ARM_TRAIN_METRICS = (
     "timing_s/update_actor",
 )
 TIS_TRAIN_METRICS = ("actor/tis_clip_fraction", "actor/tis_weight_mean")
+#: An arm with verl's rollout correction (``method.rollout_correction``): verl's own names for its weight
+#: (``rollout_is``) and its rejection mask (``rollout_rs``), as ``compute_rollout_correction_and_rejection_mask``
+#: returns them, under ``actor/`` as verl's V1 trainer prefixes the worker's metrics (``rename_dict``).
+IS_TRAIN_METRICS = ("actor/rollout_corr/rollout_is_mean",)
+REJECTION_TRAIN_METRICS = ("actor/rollout_corr/rollout_rs_masked_fraction",)
 SC_TRAIN_METRICS = ("actor/sc_correction", "actor/sc_sampler_head_mass", "actor/sc_train_head_mass")
 VAL_CORE_RE = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
 

@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from ablations.arms import ArmSpec
 from runners.capacity.plan import check_fits, known_shape
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
@@ -81,7 +82,7 @@ def _check_launch(cfg: DictConfig) -> None:
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
         _fail("backend.logger", loggers, "a list that contains 'file' (metrics ingestion reads it)")
     transport = installed.transport().name
-    for req in (r for r in sc_requirements.SC_REQUIRES if ovr.is_score_centering(cfg) and r.project and r.applies(transport)):
+    for req in (r for r in sc_requirements.SC_REQUIRES if ArmSpec.of(cfg.method).sc and r.project and r.applies(transport)):
         if not req.allows(value := _value(cfg, req.project)):
             _fail(req.project, value, f"{sc_requirements.as_text(req.want)} for score centering ({req.why})")
 
@@ -118,7 +119,7 @@ def validate(cfg: DictConfig) -> None:
     _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
     if is_rehearsal(cfg):
         rehearsal.check(cfg)
-    if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:
+    if ArmSpec.of(cfg.method).sc and not cfg.backend.dry_run:
         installed.require(f"method={cfg.method.name} (score centering)")
 
 

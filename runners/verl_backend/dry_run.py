@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ablations.arms import ArmSpec
 from runners import verl_head
 from runners.config import CONF_DIR, is_rehearsal
 from runners.config.config_error import ConfigError
@@ -120,7 +121,7 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
     """What the arm's head transport (``transport``: a :class:`~runners.verl_revisions.installed.Transport`
     name, None for an arm without score centering) would reject in this setting; verl's own score-centering
     keys set without it are a problem too."""
-    from ablations.losses import ARM_LOSSES
+    from ablations.arms import all_arms, parse_is_threshold
 
     get = lambda key, absent=None: OmegaConf.select(cfg, key, default=absent)  # noqa: E731
     on = [bool(get(key, False)) for key in (newer_keys.DRIVER_SC_KEY, newer_keys.ACTOR_SC_KEY)]
@@ -153,14 +154,16 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
     if get(f"{config_facts.DRIVER_RC}.rollout_is") == "token":
         threshold = get(f"{config_facts.DRIVER_RC}.rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD)
         try:
-            ok = float(threshold) > 0
+            parse_is_threshold(threshold)
         except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            problems.append(f"the project's SC+TIS correction needs a single TIS cap > 0 in "
+            problems.append(f"the centering term's IS weight needs a TIS cap > 0 or an IcePop band 'lower_upper' in "
                             f"{config_facts.DRIVER_RC}.rollout_is_threshold, got {threshold!r}")
-    loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")  # its arm's declaration: @arm(..., sc=True)
-    if loss_mode != "bypass_mode" and not getattr(ARM_LOSSES.get(str(loss_mode)), "sc", False):
+    elif get(f"{config_facts.DRIVER_RC}.rollout_is") is not None:
+        problems.append(f"score centering composes with token-level IS only, got {config_facts.DRIVER_RC}.rollout_is="
+                        f"{get(f'{config_facts.DRIVER_RC}.rollout_is')!r}")
+    loss_mode = get("actor_rollout_ref.actor.policy_loss.loss_mode")  # a loss an SC arm declares
+    sc_losses = {arm.loss_mode for arm in all_arms().values() if arm.score_centering}
+    if loss_mode != "bypass_mode" and loss_mode not in sc_losses:
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss "
                         "that takes sc_correction")
     return problems
@@ -276,9 +279,9 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             problems.append(f"verl rejects {key}: {err}")
     loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
     if loss_mode not in POLICY_LOSS_REGISTRY:
-        from ablations.losses import ARM_LOSSES
+        from ablations.arms import all_arms
 
-        arms = sorted(ARM_LOSSES)
+        arms = sorted({arm.loss_mode for arm in all_arms().values()})
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
                         f"process (registered project arms: {arms}); is the `ablations` plug-in installed?")
     else:
@@ -349,7 +352,7 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {spec.paths.attempt} (written by the dry run)"))
     script.chmod(0o755)
     request = out / "request.json"
-    request.write_text(json.dumps({"overrides": spec.overrides, "score_centering": ovr.is_score_centering(cfg)},
+    request.write_text(json.dumps({"overrides": spec.overrides, "score_centering": ArmSpec.of(cfg.method).sc},
                                   indent=1) + "\n")
     # The checking process imports verl like the driver, except that the seam hook is left to the
     # check itself: on a verl without score-centering support the hook would stop `import verl`.

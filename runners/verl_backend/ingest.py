@@ -70,7 +70,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ablations.arms import ArmSpec
 from runners.run import run_contract as rc
+from runners.run.contract_check import arm_train_metrics
 from runners.run.provenance import config_sha256, versions
 from runners.run.run_record import RunRecord, recorded_run, write_text_if_changed
 from runners.verl_backend import run_files
@@ -180,8 +182,7 @@ class RunSpec:
     total_steps: int
     response_cap: int
     eval_n: int | None = None
-    tis: bool = False  # the arm's traits, from its method config (runners.config.schema.arm_traits)
-    sc: bool = False
+    arm: ArmSpec | None = None  # the arm, from its method config
 
     @classmethod
     def from_cfg(cls, cfg: Any, run_dir: Path) -> RunSpec:
@@ -192,8 +193,8 @@ class RunSpec:
         eval_n = _get(cfg, "eval.n")
         return cls(name=str(_get(cfg, "run_name", run_dir.name)), method=str(_get(cfg, "method.name", "unknown")),
                    seed=int(_get(cfg, "seed", 0)), total_steps=int(total), response_cap=int(cap),
-                   eval_n=None if eval_n is None else int(eval_n), tis=_get(cfg, "method.tis_cap") is not None,
-                   sc=bool(_get(cfg, "method.score_centering", False)))
+                   eval_n=None if eval_n is None else int(eval_n),
+                   arm=ArmSpec.of(method) if (method := _get(cfg, "method")) is not None else None)
 
 
 def load_config(run_dir: Path) -> Any:
@@ -423,7 +424,7 @@ def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path,
     row[TRUNCATION] = truncation_ratio(data, spec.response_cap, step)
     if ZERO_VARIANCE not in data:
         row[ZERO_VARIANCE] = zero_variance_from_rollouts(rollout_dir / f"{step}.jsonl")
-    for name in (rc.TIS_TRAIN_METRICS if spec.tis else ()) + (rc.SC_TRAIN_METRICS if spec.sc else ()):
+    for name in arm_train_metrics(spec.arm):
         row.setdefault(name, None)
     for name, value in row.items():
         if value is None and name != "step":

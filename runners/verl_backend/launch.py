@@ -32,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from ablations.arms import ArmSpec
 from runners.config import is_rehearsal
 from runners.run import run_lock
 from runners.run.run_error import RunError
@@ -145,7 +146,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
 
 
 def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
-    if ovr.is_score_centering(cfg):
+    if ArmSpec.of(cfg.method).sc:
         installed.require(f"method={cfg.method.name} (score centering)")  # before anything starts
     spec = build_spec(cfg, run_dir)
     paths = spec.paths

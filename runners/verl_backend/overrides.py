@@ -8,7 +8,8 @@ bonus, AdamW at a constant lr without warm-up, one PPO epoch over one mini-batch
 bypass-mode REINFORCE, written on the driver *and* the actor side (the V1 trainer does not copy one
 to the other); the project's registered loss (``method.loss_mode``); overlong prompts dropped, never
 cut (``data.truncation=error``); evaluation before training. A TIS arm adds token-level IS with cap
-``method.tis_cap`` (which the score-centering correction reads too). An SC arm adds what its head
+``method.tis_cap``, an arm with verl's rollout correction its block (``method.rollout_correction``; the
+score-centering correction reads the same block). An SC arm adds what its head
 transport (:func:`runners.verl_revisions.installed.transport`) needs: on verl's own, the keys of newer
 verl (:data:`runners.verl_revisions.newer_keys.NEWER_KEYS`) and the seam hook; on the project's
 (:mod:`runners.verl_head`), the agent-loop manager class, k in ``rollout.custom``, vLLM's
@@ -22,10 +23,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from ablations.arms import ArmSpec
 from runners import verl_head
 from runners.config import is_rehearsal
 from runners.config.hydra_override import override
-from runners.config.schema import arm_traits
 from runners.verl_backend.run_files import AttemptPaths
 from runners.verl_cpu import rehearsal
 from runners.verl_revisions import config_facts, defects, installed, newer_keys
@@ -47,13 +48,9 @@ def data_files(cfg: DictConfig) -> tuple[Path, list[Path]]:
     return root / str(cfg.data.train.file), [root / str(s.file) for s in cfg.data.eval_sets]
 
 
-def is_score_centering(cfg: DictConfig) -> bool:
-    return arm_traits(cfg.method).sc
-
-
 def uses_project_transport(cfg: DictConfig) -> bool:
     """An SC arm on a verl without its own head transport (:data:`~runners.verl_revisions.installed.PROJECT_TRANSPORT`)."""
-    return is_score_centering(cfg) and installed.transport() is installed.PROJECT_TRANSPORT
+    return ArmSpec.of(cfg.method).sc and installed.transport() is installed.PROJECT_TRANSPORT
 
 
 def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
@@ -67,7 +64,7 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
     if uses_project_transport(cfg):
         modules.append(verl_head.PLUGIN_MODULE)
         env["VERL_ENGINE_VENDOR"] = verl_head.ENGINE_VENDOR
-    elif is_score_centering(cfg):
+    elif ArmSpec.of(cfg.method).sc:
         modules.append(SC_HOOK_MODULE)
     if cfg.backend.placement.shared_gpu:  # both pools on one GPU: Ray must not pin each to a device of its own
         env[SHARED_GPU_ENV] = "1"
@@ -80,10 +77,15 @@ def process_env(cfg: DictConfig, paths: AttemptPaths) -> dict[str, str]:
 
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
     """The rollout-correction block, identical on the driver and the actor side, every key explicit
-    (8718ca30 compares the two blocks key by key with no defaults)."""
-    tis = arm_traits(cfg.method).tis
-    return {**config_facts.BYPASS_REINFORCE, "rollout_is": "token" if tis else None,
-            "rollout_is_threshold": float(cfg.method.tis_cap) if tis else config_facts.DEFAULT_IS_THRESHOLD}
+    (8718ca30 compares the two blocks key by key with no defaults): bypass-mode REINFORCE and the arm's
+    correction (:meth:`ablations.arms.ArmSpec.verl_rollout_correction`). The two keys of verl 0.9.1's
+    rejection mask are written only for an arm that has one, so the four arms' override lists are unchanged."""
+    block = ArmSpec.of(cfg.method).verl_rollout_correction()
+    if block["rollout_rs"] is None:
+        del block["rollout_rs"], block["rollout_rs_threshold"]
+    if block["rollout_is_threshold"] is not None and not isinstance(block["rollout_is_threshold"], str):
+        block["rollout_is_threshold"] = float(block["rollout_is_threshold"])
+    return {**config_facts.BYPASS_REINFORCE, **block}
 
 
 def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
@@ -221,7 +223,7 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
         put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs", int(m.top_k), add=True)  # vLLM's default is 20
         if engine.head_transport == "logits_processor":  # vLLM's engine argument; verl passes it on as --logits-processors
             put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.logits_processors", verl_head.HEAD_PROCESSOR, add=True)
-    elif is_score_centering(cfg):  # verl's own (keys of newer verl)
+    elif ArmSpec.of(cfg.method).sc:  # verl's own (keys of newer verl)
         put(newer_keys.TOPK_KEY, int(m.top_k), add=True)
         put(newer_keys.DRIVER_SC_KEY, True, add=True)
         put(newer_keys.ACTOR_SC_KEY, True, add=True)

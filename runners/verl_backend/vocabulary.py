@@ -13,10 +13,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from ablations.arms import ArmSpec
 from runners.capacity.shapes import find_config
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
-from runners.verl_backend.overrides import is_score_centering
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def check_top_k(cfg: DictConfig) -> None:
     k = int(cfg.method.top_k)
     found = vocabulary(cfg)
     if found is None:
-        if is_score_centering(cfg):
+        if ArmSpec.of(cfg.method).sc:
             log.warning("method.top_k=%d is not checked against the vocabulary of model.path=%s: not a local folder, "
                         "not in the Hugging Face cache, not in runners/capacity/shapes.py's published shapes",
                         k, cfg.model.path)

@@ -72,10 +72,10 @@ def rollout_name(cfg: DictConfig) -> str:
     transport ``vllm``, which verl 8718ca30 requires of score centering and the CPU platform maps to
     the same stand-in (:data:`runners.verl_cpu.HEAD_ROLLOUT_NAME`). On the project's transport the
     CPU rollout answers the head request under its own name."""
-    from runners.config.schema import arm_traits
+    from ablations.arms import ArmSpec
     from runners.verl_revisions import installed
 
-    native_sc = arm_traits(cfg.method).sc and installed.transport() is installed.VERL_TRANSPORT
+    native_sc = ArmSpec.of(cfg.method).sc and installed.transport() is installed.VERL_TRANSPORT
     return verl_cpu.HEAD_ROLLOUT_NAME if native_sc else verl_cpu.ROLLOUT_NAME
 
 

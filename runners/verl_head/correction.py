@@ -10,24 +10,26 @@ from typing import Any
 
 import torch
 
-from ablations.losses import config_value, parse_tis_cap
+from ablations.arms import parse_is_threshold
+from ablations.losses import config_value
 from runners.verl_head.head_layout import dummy_head
 from runners.verl_revisions import config_facts
 
 
-def is_cap_from(config: Any) -> float | None:
-    """The TIS cap of the correction: ``rollout_is_threshold`` if ``rollout_is == "token"``, else None.
+def is_rule_from(config: Any) -> tuple[float | None, tuple[float, float] | None]:
+    """The correction's IS rule ``(cap, band)`` (``ablations.arms.ArmSpec.centering_weight``): ``(None, None)``
+    without ``rollout_is``, else ``rollout_is_threshold`` by verl's parser (a cap, or IcePop's band).
 
     ``config`` is verl's ``ActorConfig``; the keys are ``policy_loss.rollout_correction.*``, the
-    same two the project's TIS losses read, so the sampled-token weight and the correction agree.
+    same the arm's loss reads, so the sampled-token weight and the correction agree.
     """
     rc = config_value(config_value(config, "policy_loss"), "rollout_correction")
     rollout_is = config_value(rc, "rollout_is")
     if rollout_is is None:
-        return None
+        return None, None
     if rollout_is != "token":
         raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
-    return parse_tis_cap(config_value(rc, "rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD))
+    return parse_is_threshold(config_value(rc, "rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD))
 
 
 def sequence_parallel_slice(ids: torch.Tensor, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,7 +74,8 @@ def slot_correction(student_logits: torch.Tensor, ids: torch.Tensor, sampler_log
         raise ValueError(f"sampler head {tuple(ids.shape)} / {tuple(sampler.shape)} does not line up with the "
                          f"trainer logits {tuple(logits.shape)}")
     head, log_tail = head_log_probs_with_tail(logits, ids)
-    correction, sampler_mass, train_mass = centering_term(head, sampler, is_cap=is_cap_from(config),
-                                                          train_log_tail=log_tail)
+    cap, band = is_rule_from(config)
+    correction, sampler_mass, train_mass = centering_term(head, sampler, is_cap=cap, train_log_tail=log_tail,
+                                                          is_band=band)
     return {"sc_correction": correction.unsqueeze(0), "sc_sampler_head_mass": sampler_mass.detach().unsqueeze(0),
             "sc_train_head_mass": train_mass.detach().unsqueeze(0)}

@@ -313,7 +313,7 @@ def test_every_step_has_the_arms_loss_metrics_and_staleness_tags(rehearsal, arm)
     run = rehearsal.sweep / f"{arm}-seed42"
     rows = _record(rehearsal, arm)["train"]
     assert [r["step"] for r in rows] == list(range(1, TOTAL_STEPS + 1))  # no step lost to the kill
-    required = contract_check.required_train_metrics(contract_check.run_traits(run))
+    required = contract_check.required_train_metrics(contract_check.run_arm(run))
     if arm == "tis":
         assert "actor/tis_clip_fraction" in required
     for row in rows:

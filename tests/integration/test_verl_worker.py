@@ -27,10 +27,9 @@ from pathlib import Path
 
 import pytest
 import verl  # noqa: F401 - once per test process
-from omegaconf import OmegaConf
 from verl.utils.py_functional import rename_dict
 
-from runners.config.schema import arm_traits
+from ablations.arms import ArmSpec, all_arms
 from runners.run import contract_check
 from runners.verl_backend import ingest
 from runners.verl_revisions import installed, project_slots
@@ -127,7 +126,7 @@ def test_worker_reports_the_metrics_the_analysis_reads(arm, reports):
     reported = set(rename_dict(reports[arm]["metrics"], "actor/"))  # the V1 trainer's renaming
     if any(k in reported for k in ingest.ENTROPY_SOURCES):
         reported.add("actor/entropy")
-    traits = arm_traits(OmegaConf.load(REPO / "conf" / "method" / f"{arm}.yaml"))  # the arm's method config
+    traits = ArmSpec.of(all_arms()[arm].method_node())  # the arm's method config
     wanted = {m for m in contract_check.required_train_metrics(traits) if m.startswith("actor/")}
     assert wanted <= reported, sorted(wanted - reported)
 
