@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "problem are skipped)")
     parser.add_argument("--n-boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed of resampling and permutations (default {SEED})")
+    parser.add_argument("--control", default=None, metavar="ARM",
+                        help="the arm the planned comparisons are against (each arm - ARM, Holm-adjusted); "
+                             "default: every pair, Holm-adjusted when the sweep has more than four arms")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--strict", action="store_true",
                         help="fail on run folders whose record (metrics.json, config.yaml) or val files fail the "
@@ -58,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  + ("3 figures, " if not args.no_figures else "") + "markdown")
     try:
         report = write_report(args.sweep_dir, args.out, checkpoints, args.k, args.n_boot, args.seed,
-                              figures=not args.no_figures, strict=args.strict, progress=progress)
+                              figures=not args.no_figures, strict=args.strict, progress=progress,
+                              control=args.control)
     except SweepError as e:
         print(f"error: cannot analyse {args.sweep_dir}:", file=sys.stderr)
         for line in e.problems:

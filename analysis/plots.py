@@ -39,14 +39,15 @@ from analysis.panel_text import wrap
 from analysis.seed_curves import seed_band
 from analysis.stats import MOVING_AVERAGE_WINDOW, Resampler, backward_moving_average
 from analysis.styles import (
-    BAND_ALPHA,
     SEED_LINE,
+    band_alpha,
     markevery,
     method_color,
     method_label,
     method_style,
     plain_ticks,
     run_label,
+    seed_lines,
     seed_runs,
     several_seeds,
 )
@@ -190,10 +191,10 @@ def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.Dat
             method = g["method"].iloc[0]
             style = method_style(method, methods)
             label = method_label(sweep, method, seeds.get(method, [])) if multi else run_label(sweep, name)
-            ax.fill_between(g["step"], g["ci_low"], g["ci_high"], color=style["color"], alpha=BAND_ALPHA, linewidth=0,
-                            gid=f"band:{name}")
+            ax.fill_between(g["step"], g["ci_low"], g["ci_high"], color=style["color"], alpha=band_alpha(sweep),
+                            linewidth=0, gid=f"band:{name}")
             ax.plot(g["step"], g["mean_at_k"], label=label, gid=name, **style)
-        if multi:
+        if seed_lines(sweep):
             for name, g in r.groupby("curve", sort=False):
                 ax.plot(g["step"], g["mean_at_k"], color=method_color(g["method"].iloc[0], methods),
                         label="_seed", gid=name, **SEED_LINE)
@@ -218,8 +219,8 @@ def eval_curves(sweep: Sweep, resampler: Resampler | None = None, curves: pd.Dat
         ax.set_visible(False)
     handles, leg_labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, leg_labels, loc="outside lower center", ncols=min(4, max(len(leg_labels), 1)), fontsize=9)
-    what = ("two-level over seeds and problems; thin lines: one seed each" if multi
-            else "bootstrap over problems")
+    what = ("two-level over seeds and problems" + ("; thin lines: one seed each" if seed_lines(sweep) else "")
+            if multi else "bootstrap over problems")
     coincide = ("\nwhere same-seed runs coincide (note under a panel) the later arm's line is drawn on top" if multi
                 else "\nwhere lines coincide (note under a panel) the thinner line is drawn over the thicker one")
     _suptitle(fig, f"{sweep.root.name}: mean@{sweep.k} per evaluation (raw, no smoothing; band = 95% {what}"
@@ -285,8 +286,8 @@ def train_curves(sweep: Sweep, window: int = MOVING_AVERAGE_WINDOW, panels: list
     gap = TRAIN_GAP_H + TRAIN_LINE_H * max(extra, 0)
     legend_entries = len(methods) if multi else len(sweep.runs)
     legend_rows = -(-legend_entries // 4)
-    what = ("; per method the mean of its seeds with its 95% t interval over seeds, thin lines: one seed each"
-            if multi else "")
+    what = ("; per method the mean of its seeds with its 95% t interval over seeds"
+            + (", thin lines: one seed each" if seed_lines(sweep) else "") if multi else "")
     coincide = ("\nwhere same-seed runs coincide (note under a panel) the later arm's line is drawn on top" if multi
                 else "\nwhere lines coincide (note under a panel) the thinner line is drawn over the thicker one")
     suptitle = wrap(f"{sweep.root.name}: training metrics, backward {window}-step moving average "
@@ -316,12 +317,12 @@ def train_curves(sweep: Sweep, window: int = MOVING_AVERAGE_WINDOW, panels: list
                     handles.setdefault(run, line)
                     labels.setdefault(run, run_label(sweep, run))
                 continue
-            for run in runs if len(runs) > 1 else []:
+            for run in runs if len(runs) > 1 and seed_lines(sweep) else []:
                 ax.plot(curves[run].index, curves[run].to_numpy(), color=style["color"], label="_seed", gid=run,
                         **SEED_LINE)
             if method in bands:
                 b = bands[method]
-                ax.fill_between(b["step"], b["ci_low"], b["ci_high"], color=style["color"], alpha=BAND_ALPHA,
+                ax.fill_between(b["step"], b["ci_low"], b["ci_high"], color=style["color"], alpha=band_alpha(sweep),
                                 linewidth=0, gid=f"band:{method}")
                 x, y = b["step"].to_numpy(), b["mean"].to_numpy()
             else:

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import plots
-from analysis.load import REPORT_DIR, Sweep, load_sweep
+from analysis.load import REPORT_DIR, Sweep, SweepError, load_sweep
+from analysis.planned import NO_ADJUSTMENT
 from analysis.progress import Progress
 from analysis.stats import N_BOOT, N_FLIP, SEED, Resampler
 from analysis.styles import several_seeds
@@ -83,20 +84,23 @@ def parse_checkpoints(spec: str | Sequence[str | int]) -> list[str | int]:
 
 def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | int] = "both",
                  ks: Sequence[int] = DEFAULT_KS, n_boot: int = N_BOOT, seed: int = SEED,
-                 strict: bool = False, progress: Progress | None = None) -> Report:
+                 strict: bool = False, progress: Progress | None = None, control: str | None = None) -> Report:
     """Compute every table of the report for ``sweep`` (a loaded sweep or a sweep directory).
 
     ``strict``: passed to :func:`analysis.load.load_sweep` when a directory is given. ``progress``:
-    times the stages ``load``, ``tables`` and ``curves`` (default a silent one).
+    times the stages ``load``, ``tables`` and ``curves`` (default a silent one). ``control``: the arm the
+    planned comparisons are against (:mod:`analysis.planned`); a name the sweep lacks is a SweepError.
     """
     progress = progress or Progress()
     if not isinstance(sweep, Sweep):
         with progress.stage("load"):
             sweep = load_sweep(sweep, strict=strict)
     cps = parse_checkpoints(checkpoints)
+    if control is not None and control not in sweep.methods:
+        raise SweepError(f"--control {control}: no such arm in this sweep; its arms: {', '.join(sweep.methods)}")
     resampler = Resampler(n_boot=n_boot, seed=seed)
     with progress.stage("tables", f"of {len(sweep.runs)} runs"):
-        report = _tables(sweep, cps, ks, resampler, n_boot, seed)
+        report = _tables(sweep, cps, ks, resampler, n_boot, seed, control)
     with progress.stage("curves"):
         report.curves = eval_curves_table(sweep, resampler, by="run")
         report.method_curves = eval_curves_table(sweep, resampler, by="method")
@@ -104,7 +108,7 @@ def build_report(sweep: Sweep | str | Path, checkpoints: str | Sequence[str | in
 
 
 def _tables(sweep: Sweep, cps: list[str | int], ks: Sequence[int], resampler: Resampler, n_boot: int,
-            seed: int) -> Report:
+            seed: int, control: str | None = None) -> Report:
     """The report's tables but the curves (left empty)."""
     comp = comparison_table(sweep, cps, resampler)
     agg = seed_aggregate_table(sweep, cps)
@@ -124,7 +128,7 @@ def _tables(sweep: Sweep, cps: list[str | int], ks: Sequence[int], resampler: Re
     comp["n_seeds"] = comp["n_seeds"].astype(int)
     return Report(
         sweep=sweep, checkpoints=cps, comparison=comp,
-        paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed),
+        paired=paired_table(sweep, cps, resampler, n_flip=N_FLIP, seed=seed, control=control),
         passk=passk, curves=pd.DataFrame(), method_curves=pd.DataFrame(), retest=retest_table(sweep),
         n_boot=n_boot, seed=seed,
     )
@@ -133,14 +137,15 @@ def _tables(sweep: Sweep, cps: list[str | int], ks: Sequence[int], resampler: Re
 def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
                  checkpoints: str | Sequence[str | int] = "both", ks: Sequence[int] = DEFAULT_KS,
                  n_boot: int = N_BOOT, seed: int = SEED, figures: bool = True, strict: bool = False,
-                 progress: Progress | None = None) -> Report:
+                 progress: Progress | None = None, control: str | None = None) -> Report:
     """Load ``sweep_dir``, compute the report and write it to ``out_dir`` (default ``<sweep_dir>/report``).
 
     ``progress``: times (and, given a stream, reports) the stages of :func:`build_report`, then
     ``csv``, one per figure and ``markdown`` (default a silent one).
     """
     progress = progress or Progress()
-    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict, progress=progress)
+    report = build_report(sweep_dir, checkpoints, ks, n_boot, seed, strict=strict, progress=progress,
+                          control=control)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     files = report.files
@@ -287,6 +292,24 @@ def _comparison_section(report: Report, label: str) -> list[str]:
             _md_table(header, rows), "", _seed_note(sweep), ""]
 
 
+def _plan_note(paired: pd.DataFrame) -> list[str]:
+    """What was planned and how the p-values were adjusted (analysis.planned)."""
+    planned = paired[paired["planned"].astype(bool)]
+    pairs = len(planned[["method_a", "method_b"]].drop_duplicates())
+    unplanned = len(paired[~paired["planned"].astype(bool)][["method_a", "method_b"]].drop_duplicates())
+    if (planned["adjustment"] == NO_ADJUSTMENT).all():
+        return [f"Planned comparisons: all {pairs} pairs of arms, unadjusted (four arms or fewer and no "
+                "`--control`).", ""]
+    controls = planned["method_b"].unique()  # one arm in every planned row only with --control (> 4 arms otherwise)
+    against = (f"each arm against the control `{controls[0]}` named by `--control` (rows read arm − {controls[0]})"
+               if len(controls) == 1 else f"all {pairs} pairs of arms (more than four arms and no `--control`)")
+    return [f"Planned comparisons: {against}; {pairs} comparisons per checkpoint and set, their p-values "
+            "**Holm-adjusted** within each checkpoint and set (family-wise error rate at "
+            f"{ALPHA}); the verdict and 'significant' read the adjusted p, the 95% intervals are not adjusted."
+            + (f" The other {unplanned} pairs are in paired.csv (`planned` false), unadjusted and not shown here: "
+               "exploratory, not evidence." if unplanned else ""), ""]
+
+
 def _paired_section(report: Report) -> list[str]:
     paired = report.paired
     out = ["## Paired differences between methods", "",
@@ -310,6 +333,8 @@ def _paired_section(report: Report) -> list[str]:
            "otherwise.", ""]
     if paired.empty:
         return out + ["Only one method is evaluated; there is nothing to pair.", ""]
+    out += _plan_note(paired)
+    paired = paired[paired["planned"].astype(bool)]
     n_tests = int(paired["seed_variance"].sum())
     for label in dict.fromkeys(paired["checkpoint"]):
         p = paired[paired["checkpoint"] == label]
@@ -317,13 +342,16 @@ def _paired_section(report: Report) -> list[str]:
         for r in p.itertuples(index=False):
             v = r.verdict
             test = f"paired t ({r.pairs} pairs)" if r.pairs else "t" if r.seed_variance else "bootstrap"
+            p_text = _p(r.p_value) if r.adjustment == NO_ADJUSTMENT else f"{_p(r.p_value)} (Holm {_p(r.p_adjusted)})"
             rows.append([f"{r.method_a} − {r.method_b}", r.data_source, f"{r.seeds_a} / {r.seeds_b}",
-                         f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", _p(r.p_value), str(r.n_problems),
+                         f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]", p_text, str(r.n_problems),
                          test, _f(r.mde80), "yes" if r.seed_variance else "no", v])
             if v == "distinguishable":
                 higher = r.method_a if r.diff > 0 else r.method_b
+                p_used = r.p_value if r.adjustment == NO_ADJUSTMENT else r.p_adjusted
                 dist.append(f"- {r.data_source}: {r.method_a} − {r.method_b} = {r.diff:+.3f} "
-                            f"(95% CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], p {_p(r.p_value, eq=True)}, "
+                            f"(95% CI [{r.ci_low:+.3f}, {r.ci_high:+.3f}], "
+                            f"{'p' if r.adjustment == NO_ADJUSTMENT else 'Holm-adjusted p'} {_p(p_used, eq=True)}, "
                             f"{r.seeds_a} and {r.seeds_b} seeds): **{higher} is higher**")
         out += [f"### `{label}` checkpoint", "",
                 _md_table(["a − b", "set", "seeds a / b", "diff", "95% CI", "p", "problems", "test", "mde80",

@@ -95,6 +95,21 @@ def seed_runs(sweep: Sweep, runs: list[str]) -> dict[str, list[str]]:
     return {m: rs for m, rs in groups.items() if rs}
 
 
+#: Arms a figure draws with every seed's line; with more, each arm is its mean and a fainter band only
+#: (eight arms x seventeen seeds would be 136 lines under the means).
+SEED_LINES_MAX_ARMS = 4
+
+
+def seed_lines(sweep: Sweep) -> bool:
+    """Whether the figures draw one thin line per seed (several seeds, at most :data:`SEED_LINES_MAX_ARMS` arms)."""
+    return several_seeds(sweep) and len(sweep.methods) <= SEED_LINES_MAX_ARMS
+
+
+def band_alpha(sweep: Sweep) -> float:
+    """The bands' opacity: :data:`BAND_ALPHA`, halved beyond :data:`SEED_LINES_MAX_ARMS` arms (the bands overlap)."""
+    return BAND_ALPHA if len(sweep.methods) <= SEED_LINES_MAX_ARMS else BAND_ALPHA / 2
+
+
 def several_seeds(sweep: Sweep) -> bool:
     """Whether some method of ``sweep`` has two or more runs (the figures then draw means, bands and seeds)."""
     return bool((sweep.runs["method"].value_counts() > 1).any())

@@ -28,6 +28,7 @@ import pandas as pd
 
 from analysis.load import Sweep, SweepError
 from analysis.pairing import arm_design, compare
+from analysis.planned import plan
 from analysis.seeds import mean_two_level, minimum_detectable
 from analysis.stats import (
     N_FLIP,
@@ -51,7 +52,7 @@ COMPARISON_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "ste
                       "mean_at_k", "se", "ci_low", "ci_high", "n_seeds", "interval"]
 PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "ci_low", "ci_high", "p_value",
                   "n_problems", "seeds_a", "seeds_b", "se", "df", "test", "seed_variance", "significant",
-                  "pairs", "pairing", "mde80", "verdict"]
+                  "pairs", "pairing", "mde80", "planned", "adjustment", "p_adjusted", "verdict"]
 RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
 EVAL_CURVE_COLUMNS = ["curve", "method", "step", "data_source", "mean_at_k", "ci_low", "ci_high", "n_seeds"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
@@ -181,7 +182,7 @@ def seed_aggregate_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("fina
 
 def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best"),
                  resampler: Resampler | None = None, n_flip: int = N_FLIP, seed: int = SEED,
-                 alpha: float = ALPHA) -> pd.DataFrame:
+                 alpha: float = ALPHA, control: str | None = None) -> pd.DataFrame:
     """Every pair of methods (a before b in pg, tis, sc, sc_tis order), per set and ``avg``.
 
     ``diff`` = mean over problems of a's seed-averaged per-problem score minus b's (for ``avg``:
@@ -195,8 +196,11 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
     Otherwise: problem-level se, paired (stratified for ``avg``) percentile bootstrap interval and
     two-sided sign-flip p-value (:func:`analysis.stats.sign_flip_pvalue`), ``df`` NaN, ``test`` =
     :data:`SINGLE_SEED`, ``seed_variance`` and ``significant`` False, ``pairs`` 0, ``pairing``
-    :data:`SINGLE_SEED_PAIRING`, ``mde80`` NaN. Last, ``verdict`` (:func:`paired_verdicts`).
-    Columns :data:`PAIRED_COLUMNS`.
+    :data:`SINGLE_SEED_PAIRING`, ``mde80`` NaN. Then ``planned``, ``adjustment`` and ``p_adjusted``
+    (:func:`analysis.planned.plan`: the comparisons against ``control``, or every pair; Holm over the planned
+    two-level rows of a checkpoint and set when a control is named or the sweep has more than four arms;
+    rows against a control read ``arm - control``), and last ``verdict`` (:func:`paired_verdicts`, on the
+    adjusted p; ``significant`` too). Columns :data:`PAIRED_COLUMNS`.
     """
     resampler = resampler or Resampler()
     labels, sizes = set_labels(sweep), set_sizes(sweep)
@@ -233,8 +237,10 @@ def paired_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "bes
                              "ci_high": summ["ci_high"][j], "p_value": p, "n_problems": sizes[j],
                              "se": summ["se"][j], "df": np.nan, "test": SINGLE_SEED, "seed_variance": False,
                              "significant": False, "pairs": 0, "pairing": SINGLE_SEED_PAIRING, "mde80": np.nan})
-    paired = pd.DataFrame(rows, columns=[c for c in PAIRED_COLUMNS if c != "verdict"])
-    return paired.assign(verdict=paired_verdicts(paired, alpha))
+    base = [c for c in PAIRED_COLUMNS if c not in ("verdict", "planned", "adjustment", "p_adjusted")]
+    paired = plan(pd.DataFrame(rows, columns=base), list(sweep.methods), control)
+    paired["significant"] = paired["seed_variance"].astype(bool) & (paired["p_adjusted"] < alpha)
+    return paired.assign(verdict=paired_verdicts(paired, alpha))[PAIRED_COLUMNS]
 
 
 def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA, seed_variance: bool = True) -> str:
@@ -254,7 +260,7 @@ def verdict(p: float, lo: float, hi: float, alpha: float = ALPHA, seed_variance:
 def paired_verdicts(paired: pd.DataFrame, alpha: float = ALPHA) -> list[str]:
     """The ``verdict`` column of :func:`paired_table`: :func:`verdict` of each row (the one place it is
     computed; ``comparison.md`` and the notebook read the column)."""
-    return [verdict(r.p_value, r.ci_low, r.ci_high, alpha, seed_variance=bool(r.seed_variance))
+    return [verdict(r.p_adjusted, r.ci_low, r.ci_high, alpha, seed_variance=bool(r.seed_variance))
             for r in paired.itertuples(index=False)]
 
 
