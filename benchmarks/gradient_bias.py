@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
+    from ablations.arms import ArmSpec
     from runners.local.base_checkpoint import load_base_model_for
     from runners.local.trainer import actor_config
     from runners.tiny.task_by_name import build_task
@@ -221,9 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer_cfgs = {}
     for arm in ARMS:
         method = compose([*args.override, f"method={arm}"]).method
-        cap = float(method.tis_cap) if method.tis_cap is not None else None
-        trainer_cfgs[arm] = (get_policy_loss_fn(method.loss_mode), actor_config(method), cap,
-                             bool(method.score_centering))
+        spec = ArmSpec.of(method)
+        trainer_cfgs[arm] = (get_policy_loss_fn(method.loss_mode), actor_config(method), spec.tis_cap, spec.sc)
     temperature = float(base_cfg.rollout.temperature)
     pad_id = tokenizer.pad_token_id
 
