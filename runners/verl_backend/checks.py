@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from runners.capacity.estimate import SEQUENCE_PARALLEL, sequence_parallel
 from runners.capacity.plan import check_fits, known_shape
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
@@ -61,11 +62,15 @@ def _check_launch(cfg: DictConfig) -> None:
     if prompts % sync:
         _fail("rollout.parameter_sync_step", sync, f"a divisor of trainer.prompts_per_step ({prompts}): "
               "separate_async trains prompts_per_step / parameter_sync_step prompts per mini-batch")
-    if _value(cfg, "backend.actor.use_dynamic_bsz"):
+    if _value(cfg, "backend.actor.use_dynamic_bsz"):  # verl packs max_token_len_per_gpu x SP tokens per micro-batch
         length = _value(cfg, "rollout.max_prompt_length") + _value(cfg, "rollout.max_response_length")
-        if (tokens := _value(cfg, "backend.actor.max_token_len_per_gpu")) < length:
+        sp = sequence_parallel(cfg)
+        if (tokens := _value(cfg, "backend.actor.max_token_len_per_gpu")) * sp < length:
+            per_rank = -(-length // sp)
             _fail("backend.actor.max_token_len_per_gpu", tokens,
-                  f">= rollout.max_prompt_length + rollout.max_response_length ({length})")
+                  f">= rollout.max_prompt_length + rollout.max_response_length ({length})" if sp == 1 else
+                  f">= {per_rank}: (rollout.max_prompt_length + rollout.max_response_length = {length}) / "
+                  f"{SEQUENCE_PARALLEL}={sp} (verl packs max_token_len_per_gpu x SP tokens into a micro-batch)")
     gpus, tp = _value(cfg, "backend.placement.rollout_gpus_per_node"), _value(cfg, "backend.placement.rollout_tensor_parallel")
     if gpus % tp:
         _fail("backend.placement.rollout_tensor_parallel", tp,
@@ -123,7 +128,6 @@ def validate(cfg: DictConfig) -> None:
 
 
 MAX_LOGPROBS = f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
-SEQUENCE_PARALLEL = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 
 
