@@ -250,7 +250,10 @@ def test_presets_pass_verls_validator_and_their_plans_fit(tmp_path, preset):
         assert "env_vars.RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES='1'" in overrides
     else:
         assert p["gpu"]["name"] == "rtx4090_24gb" and p["trainer"]["setup"]["offload_policy"]
-        assert p["trainer"]["tokens_per_micro_batch"] == 1_024 + 4_096
+        # issue 43: the full 8,192-token responses, each sequence split over Ulysses SP 2 (4,608 tokens a GPU)
+        assert p["trainer"]["tokens_per_micro_batch"] == 4_608 and p["time"]["sequence_parallel"] == 2
+        assert p["time"]["sequence_parallel_seconds"] > 0
+        assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2" in (out / "overrides.txt").read_text()
 
 
 def test_shared_gpu_needs_one_gpu_per_pool(tmp_path):

@@ -144,6 +144,22 @@ def test_shorter_responses_come_last_and_are_labelled_a_different_experiment():
     assert "a different experiment" in capacity.markdown(p)
 
 
+def test_ulysses_sp_multiplies_the_token_budget_and_changes_the_plan():
+    """verl packs max_token_len_per_gpu x SP tokens into a micro-batch (verl/workers/engine/utils.py): SP 2 with
+    4,608 tokens a GPU holds a 9,216-token sequence; the launcher's check and the plan both know it."""
+    sp2 = "backend.extra_overrides=['actor_rollout_ref.actor.ulysses_sequence_parallel_size=2']"
+    half = "backend.actor.max_token_len_per_gpu=4608"
+    refused = launch_checks.refused(composed(REFERENCE, "method=sc_tis", half))
+    assert refused.startswith("backend.actor.max_token_len_per_gpu=4608 is not allowed: >= rollout.max_prompt_length")
+    assert launch_checks.refused(composed(REFERENCE, "method=sc_tis", half, sp2)) is None
+    odd = launch_checks.refused(composed(REFERENCE, "method=sc_tis", "backend.actor.max_token_len_per_gpu=4000", sp2))
+    assert "4608" in odd and "ulysses_sequence_parallel_size=2" in odd
+    plain, split = (capacity.plan(composed(REFERENCE, "method=sc_tis", *extra)) for extra in ((), (half, sp2)))
+    assert split["trainer"]["per_gpu_bytes"]["total"] < plain["trainer"]["per_gpu_bytes"]["total"] - 10e9
+    assert split["time"]["sequence_parallel"] == 2 and split["time"]["sequence_parallel_seconds"] > 0
+    assert plain["time"]["sequence_parallel_seconds"] == 0
+
+
 # -- 3. time: the long tail, evaluation's own length, verl's FLOP convention, the range ------------------------
 def test_a_step_decodes_until_its_longest_response():
     lengths = timing.Lengths(8_192, 0.5, 0.0)  # uniform on [0, 8192]: the longest of many is near the cap

@@ -1,31 +1,48 @@
 """The time of a step and of an experiment, from first principles (an estimate; docs/capacity.md).
 
-Every figure rests on the :class:`TimeAssumptions`, which the plan reports beside it:
+Every figure rests on the :class:`TimeAssumptions` (``backend.capacity.time``), the :class:`EngineCosts`
+(issue 43's assumptions, declared here only) and the GPU preset's intra-node :class:`Link`, which the plan
+reports beside it:
 
 * **response lengths** (:class:`Lengths`): a stated share of the responses reaches the cap ``R``, the rest
   are uniform with the mean that makes the overall mean the stated one; evaluation has its own mean and
-  share at the cap (a thinking model's answers on AIME often run to the cap). A step's generation lasts
-  until its **longest** response, not its mean one;
-* **generation** on one vLLM replica (``TP`` GPUs) holding ``B`` sequences at once (its share of the batch,
-  at most ``max_num_seqs`` and what its KV cache holds at the mean length): a prefill of the prompts at
-  ``2 N`` FLOPs per token and the prefill efficiency; then decode iterations, continuous batching: ``(share
-  - B) x mean / B`` while the slots are full, plus the longest response for the last ones to drain; each
-  iteration bound by memory bandwidth (a rank reads its weights and the live sequences' KV cache at the mean
-  context of a decoded token, ``(P m + E[r^2] / 2) / m``: ``P + m / 2`` where all lengths are equal) or by FLOPs (``2 N live / TP``), whichever is slower; ``live`` the average
-  number of sequences decoding (the response tokens over the iterations);
+  share at the cap (a thinking model's answers on AIME often run to the cap);
+* **a replica's load** (:class:`ReplicaLoad`, the one structure of a step under separate_async that the
+  preemption check reads too): its share of a step's sequences, the requests in flight (``(1 + max_staleness)``
+  shares, at most ``max_num_seqs``), those decoding at once (what the KV cache holds at the mean length);
+* **generation** on one vLLM replica (``TP`` GPUs): a prefill of the prompts at ``2 N`` FLOPs per token and the
+  prefill efficiency, plus its all-reduces; then decode iterations. Under separate_async the replicas decode
+  continuously (a step costs its tokens at the replica's throughput, ``share x mean / decoding`` iterations:
+  the next steps' requests fill the slots of finished ones); on one shared GPU a step is one batch that lasts
+  until its **longest** response (``(share - B) x mean / B + longest``). Each iteration costs: the weights and
+  the live sequences' KV cache read at the mean context of a decoded token (``(P m + E[r^2] / 2) / m``) at the
+  bandwidth efficiency, or ``2 N live / TP`` FLOPs, whichever is slower; **tensor parallelism's all-reduces**,
+  two per layer of the live rows' bf16 hidden states over the intra-node link (:func:`all_reduce_seconds`:
+  NVLink, or PCIe without peer-to-peer on GeForce cards); **the sampler's log-prob path**, fp32 passes over
+  the live rows' logits (the log-softmax every arm asks for in bypass mode, and the top-k of an SC arm's
+  head); **the engine's overhead** per iteration (scheduler, input and output processing);
 * **training**: the FLOPs of verl's own counter (``verl/utils/flops_counter.py``, the one behind the logged
   ``perf/mfu/actor``): ``6 (L (3 h I + h (2 q + 2 kv)) + 2 V h)`` per token (the embedding and the LM head
   both counted, tied or not; gradient checkpointing's recomputation **not** counted) plus ``6 q L s^2`` per
   sequence of ``s`` tokens, over the trainer GPUs at ``train_mfu`` -- so ``train_mfu`` is exactly what verl
   logs as ``perf/mfu/actor`` and a value copied from a run's log means the same here; with FSDP2's CPU
   offload, per micro-batch the fp32 shards come in twice (forward, backward) and the gradients go out
-  (``12 N / D`` bytes over the host link), and AdamW runs on the host;
+  (``12 N / D`` bytes over the host link), and AdamW runs on the host; with Ulysses sequence parallelism, four
+  all-to-alls per layer (q, k, v in, the output back) in the forward, the backward and the recomputation
+  (:func:`all_to_all_seconds`);
 * **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step; **the SC head**: its bytes
   per response token through verl's transfer path;
 * **a step**: separate_async overlaps generation with training, so a step takes the slower side; on one GPU
   shared by both they run one after the other;
-* **evaluation**: the evaluation sets x ``eval.n`` samples generated the same way, at evaluation's own
-  lengths, before training and every ``test_freq`` steps, while training waits.
+* **evaluation**: the evaluation sets x ``eval.n`` samples generated as one batch until its longest, at
+  evaluation's own lengths, before training and every ``test_freq`` steps, while training waits;
+* **the bill** (:func:`bill_seconds`): a start-up per attempt, restarts that each lose the steps since the
+  last checkpoint, the checkpoints' write time;
+* **the range** (:func:`range_ends`): from every response a quarter of the cap, the fast end's overhead and no
+  restart, to every response at the cap, the slow end's decode and the most restarts.
+
+The links are passed as :class:`Link` values (``Hardware.intra_node_link``); a link between nodes is a second
+:class:`Link` for the same collective functions.
 """
 
 from __future__ import annotations
