@@ -213,6 +213,36 @@ def test_the_plan_shows_the_tail_the_evaluation_and_the_range():
     assert "Range: " in text and "perf/mfu/actor" in text and "TP all-reduces over nvlink3" in text
 
 
+def test_lengths_over_training_move_from_the_early_shape_to_the_configs():
+    """The experiment's steps follow timing.LengthTrajectory: the first settle_steps move linearly from the early
+    shape to the config's (evaluated at RAMP_POINTS midpoints), the rest at the config's."""
+    cfg = composed(REFERENCE, "method=pg")
+    i = capacity.inputs_of(cfg)
+    r = capacity.rollout_side(i)
+    hw = estimate_hardware(i, r)
+    fixed = timing.step_and_experiment(i.shape, i.workload, hw, i.time, trajectory=None)
+    moving = timing.step_and_experiment(i.shape, i.workload, hw, i.time)
+    assert fixed["train_steps_seconds"] == pytest.approx(500 * fixed["step_seconds"])
+    assert moving["step_seconds"] == fixed["step_seconds"]  # a step at the config's lengths either way
+    early = timing.TRAJECTORY
+    ramp = 0.0
+    for k in range(timing.RAMP_POINTS):
+        w = (k + 0.5) / timing.RAMP_POINTS
+        t = dataclasses.replace(i.time, mean_response_fraction=0.7 + (0.5 - 0.7) * w,
+                                response_at_cap_fraction=0.46 + (0.1 - 0.46) * w)
+        ramp += early.settle_steps / timing.RAMP_POINTS * timing.step_and_experiment(
+            i.shape, i.workload, hw, t, trajectory=None)["step_seconds"]
+    assert moving["train_steps_seconds"] == pytest.approx(ramp + (500 - early.settle_steps) * fixed["step_seconds"])
+    assert moving["early_step_seconds"] > moving["step_seconds"]  # 46% at the cap early: longer steps
+    assert moving["gpu_hours_per_arm"] > fixed["gpu_hours_per_arm"]
+
+
+def estimate_hardware(i, rollout) -> timing.Hardware:
+    from runners.capacity.estimate import _hardware
+
+    return _hardware(i, rollout["per_gpu_bytes"]["weights"], rollout["kv_bytes_per_token"], rollout["kv_capacity_tokens"])
+
+
 # -- 4-5. disk and requests in flight ---------------------------------------------------------------------
 def test_disk_of_the_reference_warns_and_names_the_fix():
     p = capacity.plan(composed(REFERENCE, "method=sc_tis"))
@@ -279,7 +309,7 @@ def test_from_run_replans_the_experiment_from_a_synthetic_record(tmp_path, capsy
     assert c["assumptions_replaced"] == {"mean_response_fraction": 0.25, "response_at_cap_fraction": 0.05,
                                          "train_mfu": 0.2, "eval_mean_response_fraction": 7_500 / 8_192}
     evaluations = 500 // 20 + 1  # before training and every test_freq steps
-    bill = c["fitted"]["total_hours"] * 3600 - 500 * c["fitted"]["step_seconds"] - evaluations * c["fitted"]["evaluation_seconds"]
+    bill = c["fitted"]["bill_seconds"]  # start-ups, restarts, checkpoint writes (timing.bill_seconds)
     assert c["projection"]["total_hours"] == pytest.approx((500 * 105.5 + evaluations * 600.0 + bill) / 3600)
     assert c["projection"]["gpu_hours_per_arm"] == pytest.approx(c["projection"]["total_hours"] * 8)
     assert c["first_over_measured"]["step"] == pytest.approx(c["first"]["step_seconds"] / 105.5)

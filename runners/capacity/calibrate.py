@@ -299,7 +299,8 @@ def _time_summary(t: dict[str, Any]) -> dict[str, Any]:
     return {"step_seconds": t["step_seconds"], "rollout_seconds": _rollout_seconds(t),
             "generation_seconds": t["generation"]["seconds"], "training_seconds": t["train_seconds"],
             "evaluation_seconds": t["evaluation_seconds"], "total_hours": t["total_hours"],
-            "gpu_hours_per_arm": t["gpu_hours_per_arm"], "range": t["range"], "bound_by": t["bound_by"]}
+            "gpu_hours_per_arm": t["gpu_hours_per_arm"], "range": t["range"], "bound_by": t["bound_by"],
+            "bill_seconds": t["bill"]["seconds"]}
 
 
 def _s(value: float | None) -> str:

@@ -237,7 +237,11 @@ def markdown(p: dict[str, Any]) -> str:
               f"{bill['restarts']:g} restart(s) {bill['lost_work_seconds']:.0f} s, {bill['saves']} checkpoint writes "
               f"{bill['checkpoint_write_seconds']:.0f} s | {bill['seconds']:.0f} |", "",
               f"Experiment: **{tm['total_hours']:.1f} hours** per arm, **{tm['gpu_hours_per_arm']:.0f} GPU-hours** per arm "
-              f"({tm['gpus']} GPUs); four arms {4 * tm['gpu_hours_per_arm']:.0f} GPU-hours. **Range: "
+              f"({tm['gpus']} GPUs); four arms {4 * tm['gpu_hours_per_arm']:.0f} GPU-hours"
+              + (f"; lengths over training: the first steps at {lot['early_mean_response_fraction']:g} of the cap with "
+                 f"{lot['early_response_at_cap_fraction']:g} at it (step {tm['early_step_seconds']:.0f} s), the "
+                 f"config's shape from step {lot['settle_steps']}" if (lot := tm["lengths_over_training"]) else "")
+              + ". **Range: "
               f"{tm['range']['low_gpu_hours_per_arm']:.0f} to {tm['range']['high_gpu_hours_per_arm']:.0f} "
               f"GPU-hours per arm** (step {tm['range']['low_step_seconds']:.0f} to {tm['range']['high_step_seconds']:.0f} "
               "s): from every response a quarter of the cap, the fast end's engine overhead and no restart, to every "

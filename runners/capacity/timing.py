@@ -36,6 +36,8 @@ reports beside it:
   shared by both they run one after the other;
 * **evaluation**: the evaluation sets x ``eval.n`` samples generated as one batch until its longest, at
   evaluation's own lengths, before training and every ``test_freq`` steps, while training waits;
+* **lengths over training** (:class:`LengthTrajectory`): the experiment's steps start at an early shape (the
+  published Qwen3-4B run's: 46% at the cap) and move to the config's over the first ``settle_steps``;
 * **the bill** (:func:`bill_seconds`): a start-up per attempt, restarts that each lose the steps since the
   last checkpoint, the checkpoints' write time;
 * **the range** (:func:`range_ends`): from every response a quarter of the cap, the fast end's overhead and no
@@ -210,6 +212,26 @@ class EngineCosts:
     fast_end_overhead: float = 0.5  # the fast end: the overhead times this
 
 
+@dataclasses.dataclass(frozen=True)
+class LengthTrajectory:
+    """Response lengths over training instead of one fixed shape (issue 43's assumption, declared here only):
+    training starts at ``early_mean_response_fraction`` of the cap with ``early_response_at_cap_fraction`` of the
+    responses at it and moves linearly to the config's shape (``backend.capacity.time``) over the first
+    ``settle_steps`` steps. The defaults are the one published Qwen3-4B run at 8,192 tokens (8 x RTX 4090, same
+    data): about 46% of the responses at the cap early, 21% at iteration 120 (its mean is not published: 0.7
+    assumed)."""
+
+    early_mean_response_fraction: float = 0.7
+    early_response_at_cap_fraction: float = 0.46
+    settle_steps: int = 120
+
+
+#: The lengths over training every plan's point estimate uses.
+TRAJECTORY = LengthTrajectory()
+#: Points at which the move from the early shape to the config's is evaluated (midpoints of equal parts).
+RAMP_POINTS = 4
+
+
 #: The engine costs every plan uses (the one declaration of issue 43's assumptions).
 ENGINE = EngineCosts()
 #: No engine costs at all: the bandwidth-and-FLOPs model of before issue 43 (tests by hand).
@@ -333,10 +355,12 @@ def training_flops(shape: ModelShape, sequences: int, tokens_per_sequence: float
 
 def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: TimeAssumptions,
                         costs: EngineCosts = ENGINE, restarts: float | None = None,
-                        lost_fraction: float = 0.5) -> dict:
+                        lost_fraction: float = 0.5, trajectory: LengthTrajectory | None = TRAJECTORY) -> dict:
     """The estimate: a step's parts, ``step_seconds``, the evaluations, the bill (start-up per attempt,
     ``restarts`` -- None: the middle of ``costs``' range --, each losing ``lost_fraction`` of ``save_freq`` steps,
-    the checkpoints' write time), ``total_hours``, ``gpu_hours_per_arm``.
+    the checkpoints' write time), ``total_hours``, ``gpu_hours_per_arm``. ``step_seconds`` is a step at the
+    config's lengths; the experiment's train steps follow ``trajectory`` (:class:`LengthTrajectory`; None: the
+    config's lengths from the first step).
 
     A step under separate_async (not a shared GPU): the rollout decodes continuously with the requests in flight
     of :class:`ReplicaLoad` (no drain: the next steps' requests fill the slots), the trainer trains the batch the
@@ -375,7 +399,21 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
                             costs=costs)
     evaluations = work.total_steps // work.test_freq + 1 if work.test_freq > 0 else 1
     bill = bill_seconds(work, step, costs, restarts, lost_fraction)
-    total = work.total_steps * step + evaluations * evaluation["seconds"] + bill["seconds"]
+    steps_seconds, early_step = work.total_steps * step, None
+    if trajectory is not None and work.total_steps > 0:
+        ramp = min(trajectory.settle_steps, work.total_steps)
+        early = (trajectory.early_mean_response_fraction, trajectory.early_response_at_cap_fraction)
+        ramp_seconds = 0.0
+        for k in range(RAMP_POINTS):
+            w = (k + 0.5) / RAMP_POINTS  # 0: the early shape, 1: the config's
+            t = dataclasses.replace(ta, mean_response_fraction=early[0] + (ta.mean_response_fraction - early[0]) * w,
+                                    response_at_cap_fraction=early[1] + (ta.response_at_cap_fraction - early[1]) * w)
+            ramp_seconds += ramp / RAMP_POINTS * step_and_experiment(shape, work, hw, t, costs, restarts, lost_fraction,
+                                                                     trajectory=None)["step_seconds"]
+        early_step = step_and_experiment(shape, work, hw, dataclasses.replace(
+            ta, mean_response_fraction=early[0], response_at_cap_fraction=early[1]), costs, trajectory=None)["step_seconds"]
+        steps_seconds = ramp_seconds + (work.total_steps - ramp) * step
+    total = steps_seconds + evaluations * evaluation["seconds"] + bill["seconds"]
     gpus = hw.trainer_gpus if hw.shared_gpu else hw.trainer_gpus + hw.rollout_gpus
     return {"step_seconds": step, "bound_by": "rollout" if rollout_side >= trainer_side else "trainer",
             "generation": gen, "train_seconds": train, "offload_seconds": offload,
@@ -385,6 +423,8 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
             "eval_mean_response_tokens": eval_lengths.mean,
             "eval_longest_response_tokens": evaluation["longest_response_tokens"],
             "evaluation_seconds": evaluation["seconds"], "evaluations": evaluations, "bill": bill,
+            "train_steps_seconds": steps_seconds, "early_step_seconds": early_step,
+            "lengths_over_training": None if trajectory is None else dataclasses.asdict(trajectory),
             "total_hours": total / 3600, "gpus": gpus, "gpu_hours_per_arm": total / 3600 * gpus}
 
 
@@ -435,7 +475,7 @@ def length_range(shape: ModelShape, work: Workload, hw: Hardware, ta: TimeAssump
     loses nothing, at the high end every step since the last save."""
     out = {}
     for end, (t, c) in range_ends(ta, costs).items():
-        est = step_and_experiment(shape, work, hw, t, c, lost_fraction=0.0 if end == "low" else 1.0)
+        est = step_and_experiment(shape, work, hw, t, c, lost_fraction=0.0 if end == "low" else 1.0, trajectory=None)
         out[f"{end}_step_seconds"] = est["step_seconds"]
         out[f"{end}_generation_seconds"] = est["generation"]["seconds"]
         out[f"{end}_gpu_hours_per_arm"] = est["gpu_hours_per_arm"]
