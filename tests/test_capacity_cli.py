@@ -397,6 +397,11 @@ def test_from_run_replans_onto_another_gpu_and_refuses_another_arm(tmp_path, cap
     assert c["fitted"]["step_seconds"] < calibrate.calibrate(run)["fitted"]["step_seconds"]  # a faster GPU
     status, out, _ = run_cli(capsys, "--from-run", str(run), "gpu=h100_80gb")
     assert status == 0 and "replanned onto h100_80gb" in out
+    before = calibrate.calibrate(run)["fitted"]["step_seconds"]
+    old = OmegaConf.load(run / "config.yaml")  # a run folder written before gpu.intra_node_link existed
+    del old.gpu["intra_node_link"]
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(old))
+    assert calibrate.calibrate(run)["fitted"]["step_seconds"] == pytest.approx(before)  # the preset's link
     for change, wanted in (("method=sc", "method is a config group"), ("gpu=nope", "gpu=nope: no such option")):
         status, out, err = run_cli(capsys, "--from-run", str(run), change)
         assert status == 2 and err.startswith("config error: ") and wanted in err and err.count("\n") == 1 and out == ""

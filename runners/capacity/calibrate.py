@@ -135,7 +135,8 @@ def first_steps(run_dir: Path, cap: int, steps: int = 10) -> FirstSteps:
 # -- the run's config and its changes --------------------------------------------------------------------
 def run_config(run_dir: Path, changes: list[str]) -> DictConfig:
     """The run's resolved ``config.yaml`` with ``key=value`` ``changes`` (``gpu=NAME``: a GPU preset), checked by
-    the schema; a change of another config group is a one-line ConfigError."""
+    the schema; a change of another config group is a one-line ConfigError. A config written before the GPU presets
+    had ``intra_node_link`` gets its preset's (``conf/gpu/<gpu.name>.yaml``)."""
     from runners.config.config_checks import check_schema
 
     path = Path(run_dir) / "config.yaml"
@@ -148,7 +149,9 @@ def run_config(run_dir: Path, changes: list[str]) -> DictConfig:
     if OmegaConf.select(cfg, "backend.name") != "verl":
         raise ConfigError(f"--from-run {run_dir}: backend.name={OmegaConf.select(cfg, 'backend.name')}: a verl run's "
                           "first steps are what the plan calibrates from")
-    parsed = {}
+    parsed: dict[str, Any] = {}
+    if OmegaConf.select(cfg, "gpu.intra_node_link") is None:  # a run made before issue 43: its preset's link
+        parsed["gpu.intra_node_link"] = gpu_preset(str(cfg.gpu.name))["intra_node_link"]
     for change in changes:
         key, sep, value = change.partition("=")
         if not sep or not key:

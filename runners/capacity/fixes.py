@@ -63,6 +63,15 @@ def _floor(i: Inputs) -> int:
     return -(-(i.workload.max_prompt_length + i.workload.max_response_length) // i.sequence_parallel)
 
 
+def _override_key(item: str) -> str | None:
+    from runners.config.hydra_override import parse
+
+    try:
+        return parse(str(item))[0]
+    except Exception:  # noqa: BLE001 - Hydra's parser raises its own grammar errors (the launch checks name them)
+        return None
+
+
 def _sequence_parallel(i: Inputs) -> dict[str, Any] | None:
     """Ulysses SP doubled with the budget per GPU at one sequence over the SP ranks: each rank's logits and
     activations cover half the tokens. Only where the trainer GPUs split into SP groups (the launch checks refuse
@@ -71,7 +80,7 @@ def _sequence_parallel(i: Inputs) -> dict[str, Any] | None:
     if i.shared_gpu or i.trainer_gpus % size:
         return None
     length = i.workload.max_prompt_length + i.workload.max_response_length
-    kept = [e for e in i.extra_overrides if not str(e).startswith(SEQUENCE_PARALLEL + "=")]
+    kept = [e for e in i.extra_overrides if _override_key(e) != SEQUENCE_PARALLEL]
     return {"backend.extra_overrides": [*kept, f"{SEQUENCE_PARALLEL}={size}"],
             "backend.actor.max_token_len_per_gpu": min(i.tokens, -(-length // size))}
 

@@ -17,7 +17,8 @@ attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split w
 (``num_key_value_heads % TP == 0``) and replicated otherwise (``TP % num_key_value_heads == 0``) -- vLLM's own
 rule (``ModelConfig.verify_with_parallel_config``, ``QKVParallelLinear``); verl's Ulysses sequence parallelism
 (``actor_rollout_ref.actor.ulysses_sequence_parallel_size``, through ``backend.extra_overrides``) by the same
-rule, and it divides the trainer GPUs; without dynamic batch sizes the per-GPU micro-batch divides each GPU's
+rule, and it divides the trainer GPUs (with dynamic batch sizes verl packs ``max_token_len_per_gpu x SP`` tokens
+into a micro-batch, so the token budget that must hold one sequence is that product: :func:`_check_launch`); without dynamic batch sizes the per-GPU micro-batch divides each GPU's
 share of a mini-batch (verl's FSDP worker asserts it).
 """
 
