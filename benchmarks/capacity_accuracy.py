@@ -13,8 +13,10 @@ counted and their ratio per term:
 * logits, and logits with the SC head where the case has one (count: the logits path alone);
 * the micro-batch's peak with its optimizer step (count: the whole FSDP2 step), against the plan's ``peak``.
 
-The GPU's log-prob path (flash-attn's cross-entropy) is counted with the harness's stand-in, the fallback of a
-machine without flash-attn with verl's own function.
+The GPU's log-prob path (flash-attn's cross-entropy) is counted with the harness's stand-in, called as verl 0.9.1
+calls flash-attn (``inplace_backward = not calculate_entropy``: without the entropy the gradient overwrites the
+logits), the fallback of a machine without flash-attn with verl's own function. A cached count made before the
+stand-in had its in-place mode (no ``inplace_backward`` in it) is counted again.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def counted(case: Case, cache: Path) -> dict[str, Any]:
     import capacity_count
 
     path = cache / f"{case.name}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if path.exists() and "inplace_backward" in (cached := json.loads(path.read_text())):
+        return cached
     print(f"counting {case.name} ...", file=sys.stderr, flush=True)
     result = capacity_count.count(capacity_count.model_shape(case.model), case.tokens, world_size=case.world_size,
                                   calculate_entropy=case.entropy, sc_top_k=case.sc_top_k, log_probs=case.log_probs)

@@ -420,10 +420,17 @@ class Setup:
     autocast: bool = True
     entropy_checkpointing: bool = False
     log_probs: str = "torch"  # "torch": logprobs_from_logits_v2 (no flash-attn); "flash": FlashCrossEntropyStandIn
+    inplace_backward: bool | None = None  # the stand-in's backward into the logits; None: verl's rule (no entropy)
 
     @property
     def vocab(self) -> int:
         return int(self.shape["vocab_size"])
+
+    @property
+    def flash_in_place(self) -> bool:
+        """verl 0.9.1 calls flash-attn's cross-entropy with ``inplace_backward = not calculate_entropy``
+        (``verl/workers/engine/fsdp/transformer_impl.py``) unless a count asks otherwise."""
+        return not self.calculate_entropy if self.inplace_backward is None else self.inplace_backward
 
 
 def batch(tokens: int, vocab: int, sc_top_k: int) -> dict[str, torch.Tensor]:
@@ -439,31 +446,33 @@ def batch(tokens: int, vocab: int, sc_top_k: int) -> dict[str, torch.Tensor]:
 
 
 class FlashCrossEntropyStandIn(torch.autograd.Function):
-    """flash-attn's ``cross_entropy_loss`` as verl's ``logprobs_from_logits`` calls it on a GPU (with the entropy
-    computed: ``inplace_backward=False``), as far as memory goes: the forward keeps the logits (a reference, no
-    copy) and one fp32 log-sum-exp per row and returns the label's log-prob; the backward writes ``(softmax -
-    onehot) x grad`` into one new ``(T, V)`` tensor of the logits' dtype. It works in blocks of
-    :data:`FLASH_BLOCK_ROWS` rows so that its own fp32 temporaries stay negligible (the Triton kernel has none
-    in global memory)."""
+    """flash-attn's ``cross_entropy_loss`` as verl's ``logprobs_from_logits`` calls it on a GPU, as far as memory
+    goes: the forward keeps the logits (a reference, no copy) and one fp32 log-sum-exp per row and returns the
+    label's log-prob; the backward writes ``(softmax - onehot) x grad`` into one new ``(T, V)`` tensor of the
+    logits' dtype (``inplace_backward=False``, verl's call where the update computes the entropy) or into the
+    logits themselves (``inplace_backward=True``, verl's call without the entropy: flash-attn's ``dlogits =
+    logits``). It works in blocks of :data:`FLASH_BLOCK_ROWS` rows so that its own fp32 temporaries stay
+    negligible (the Triton kernel has none in global memory)."""
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = False) -> torch.Tensor:
         lse = torch.empty(logits.shape[0], dtype=torch.float32)
         for start in range(0, logits.shape[0], FLASH_BLOCK_ROWS):
             lse[start:start + FLASH_BLOCK_ROWS] = torch.logsumexp(logits[start:start + FLASH_BLOCK_ROWS].float(), -1)
         ctx.save_for_backward(logits, lse, labels)
+        ctx.inplace_backward = inplace_backward
         return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1).float() - lse
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         logits, lse, labels = ctx.saved_tensors
-        out = torch.empty_like(logits)
+        out = logits.detach() if ctx.inplace_backward else torch.empty_like(logits)
         for start in range(0, logits.shape[0], FLASH_BLOCK_ROWS):
             rows = slice(start, start + FLASH_BLOCK_ROWS)
             block = torch.exp(logits[rows].float() - lse[rows].unsqueeze(-1))
             block.scatter_add_(-1, labels[rows].unsqueeze(-1), -torch.ones_like(lse[rows]).unsqueeze(-1))
             out[rows] = (block * -grad[rows].unsqueeze(-1)).to(logits.dtype)
-        return out, None
+        return out, None, None
 
 
 def logits_loss(logits: torch.Tensor, data: dict[str, torch.Tensor], setup: Setup) -> torch.Tensor:
@@ -478,7 +487,7 @@ def logits_loss(logits: torch.Tensor, data: dict[str, torch.Tensor], setup: Setu
         entropy = (torch.utils.checkpoint.checkpoint(chunked, logits, use_reentrant=True)
                    if setup.entropy_checkpointing else chunked(logits))
     if setup.log_probs == "flash":
-        log_probs = FlashCrossEntropyStandIn.apply(logits, data["labels"])
+        log_probs = FlashCrossEntropyStandIn.apply(logits, data["labels"], setup.flash_in_place)
     else:
         log_probs = verl_F.logprobs_from_logits_v2(logits, data["labels"])
     loss = -(data["advantages"] * log_probs).mean()
@@ -671,7 +680,7 @@ def count_peak_total(setup: Setup, mesh: Any) -> dict[str, Any]:
 def count(shape: dict, tokens: int, *, world_size: int = 1, gradient_checkpointing: bool = True,
           calculate_entropy: bool = False, sc_top_k: int = 0, optimizer_step: bool = True,
           autocast: bool = True, entropy_checkpointing: bool = False, log_probs: str = "torch",
-          parts: tuple[str, ...] = PARTS) -> dict:
+          parts: tuple[str, ...] = PARTS, inplace_backward: bool | None = None) -> dict:
     """Counted bytes of one rank for one micro-batch of ``tokens`` packed tokens (module docstring).
 
     ``autocast`` emulates the fp32 rule of verl's ``torch.autocast("cuda", bf16)`` (:class:`CudaAutocastFp32`).
@@ -682,7 +691,7 @@ def count(shape: dict, tokens: int, *, world_size: int = 1, gradient_checkpointi
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
     setup = Setup(dict(shape), tokens, world_size, gradient_checkpointing, calculate_entropy, sc_top_k,
-                  optimizer_step, autocast, entropy_checkpointing, log_probs)
+                  optimizer_step, autocast, entropy_checkpointing, log_probs, inplace_backward)
     start = time.perf_counter()
     result: dict[str, Any] = {**dataclasses.asdict(setup), "attn_implementation": "sdpa",
                               "entropy_chunk": ENTROPY_CHUNK, "versions": _versions(), "units": "bytes"}

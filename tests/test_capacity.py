@@ -127,14 +127,15 @@ def test_rollout_terms_by_hand():
 def test_generation_and_training_time_by_hand():
     shape = ModelShape(vocab_size=1_000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    link = timing.Link("nvlink", 100e9, 5e-6)
     hw = timing.Hardware(bandwidth_bytes_per_s=1e12, bf16_flops=1e15, trainer_gpus=2, rollout_gpus=1,
                          tensor_parallel=1, shared_gpu=False, weights_bytes_per_rank=1e9, kv_bytes_per_token=1e5,
-                         kv_capacity_tokens=10**9, max_num_seqs=1_000)
+                         kv_capacity_tokens=10**9, max_num_seqs=1_000, intra_node_link=link)
     ta = timing.TimeAssumptions(mean_prompt_fraction=1.0, mean_response_fraction=1.0, train_mfu=0.5, prefill_mfu=0.5,
                                 decode_bandwidth_efficiency=0.5, weight_sync_bytes_per_s=1e9,
                                 head_transport_bytes_per_s=1e9, host_link_bytes_per_s=1e9,
                                 host_optimizer_params_per_s=1e9)
-    gen = timing.generation(shape, 100, 100, 1_000, hw, ta)
+    gen = timing.generation(shape, 100, 100, 1_000, hw, ta, costs=timing.NO_ENGINE_COSTS)
     # 100 sequences at once, one wave; an iteration reads 1e9 + 100 x (100 + 500) x 1e5 = 7e9 bytes at 0.5e12 B/s
     assert gen["concurrent_sequences_per_replica"] == 100 and gen["waves"] == 1
     assert gen["decode_iteration_seconds"] == pytest.approx(7e9 / 0.5e12)
@@ -145,8 +146,26 @@ def test_generation_and_training_time_by_hand():
         6 * matrices * 50 * 10 + 3 * 2 * 64 * 2 * 50**2 * 10)
     assert timing.training_flops(shape, 10, 50, checkpointing=True) == pytest.approx(
         8 * matrices * 50 * 10 + 4 * 2 * 64 * 2 * 50**2 * 10)
-    fewer = timing.generation(shape, 100, 100, 1_000, hw.__class__(**{**hw.__dict__, "max_num_seqs": 30}), ta)
+    fewer = timing.generation(shape, 100, 100, 1_000, hw.__class__(**{**hw.__dict__, "max_num_seqs": 30}), ta,
+                              costs=timing.NO_ENGINE_COSTS)
     assert fewer["waves"] == 4 and fewer["concurrent_sequences_per_replica"] == 30
+    # issue 43's terms by hand: TP 2 adds 2 L all-reduces of live x h x 2 bytes per iteration (ring: 2 (n-1)/n of
+    # it over the link and 2 (n-1) latencies), the sampler 6 fp32 passes over the live rows' V logits per rank,
+    # the engine's overhead per iteration
+    tp2 = hw.__class__(**{**hw.__dict__, "tensor_parallel": 2, "rollout_gpus": 2})
+    costs = timing.EngineCosts(decode_iteration_overhead_s=1e-3, sampler_passes=6, top_k_passes=2)
+    parts = timing.generation(shape, 100, 100, 1_000, tp2, ta, costs=costs)["decode_iteration_parts"]
+    assert parts["tp_all_reduce"] == pytest.approx(2 * 2 * (100 * 64 * 2 / 100e9 + 2 * 5e-6))
+    assert parts["sampler"] == pytest.approx(100 * 1_000 * 4 * 6 / 2 / 0.5e12)
+    assert parts["engine_overhead"] == 1e-3
+    assert timing.all_reduce_seconds(1e6, 1, link) == 0 and timing.all_to_all_seconds(1e6, 4, link) == pytest.approx(
+        0.75e6 / 100e9 + 3 * 5e-6)
+    # separate_async: the rollout keeps (1 + max_staleness) x its share in flight and decodes without a drain
+    ahead = hw.__class__(**{**hw.__dict__, "max_staleness": 2, "max_num_seqs": 150, "kv_capacity_tokens": 1_100 * 120})
+    load = timing.replica_load(100, ahead, 1_100, 1_100)
+    assert (load.share, load.requests, load.decoding, load.held_at_full_length) == (100, 150, 120, 120) and load.preempts
+    pipelined = timing.generation(shape, 100, 100, 1_000, ahead, ta, costs=timing.NO_ENGINE_COSTS, pipelined=True)
+    assert pipelined["decode_iterations"] == pytest.approx(100 * 1_000 / 120)
 
 
 def test_plan_of_the_reference_has_the_keys_a_script_reads(tmp_path):
@@ -184,13 +203,15 @@ def test_a_misfit_names_the_limiting_term_and_the_knobs_that_fix_it(tmp_path):
     assert fixes["a smaller micro-batch"]["changes"] == {"backend.actor.max_token_len_per_gpu": 9_216}
     assert not any(f["fits"] for f in p["trainer"]["fixes"] if f["refused"] is None)  # one change is not enough
     combined = p["trainer"]["combined_fix"]
+    # issue 43: Ulysses SP 2 halves each rank's tokens (4,608 per GPU still hold one 9,216-token sequence), so
+    # with the states on the host the SC arm keeps the full 8,192-token reference on 24 GB (16.5 GB)
     assert {c["key"]: c["value"] for c in combined["changes"]} == {
-        "backend.actor.max_token_len_per_gpu": 5_120, "rollout.max_response_length": 4_096,
-        "backend.actor.offload_policy": True}
-    assert combined["same_experiment"] is False and combined["fixes"][-1] == "shorter responses"  # the last resort
+        "backend.extra_overrides": ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
+        "backend.actor.max_token_len_per_gpu": 4_608, "backend.actor.offload_policy": True}
+    assert combined["same_experiment"] is True and combined["total_bytes"] < 17e9
     reason = capacity.refusal(p)
     assert "limiting: logits" in reason and "backend.actor.offload_policy=true" in reason
-    assert "a different experiment" in reason and "backend.capacity.enforce=false" in reason
+    assert "ulysses_sequence_parallel_size=2" in reason and "backend.capacity.enforce=false" in reason
 
 
 def launcher(*args: str) -> subprocess.CompletedProcess:
@@ -229,7 +250,10 @@ def test_presets_pass_verls_validator_and_their_plans_fit(tmp_path, preset):
         assert "env_vars.RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES='1'" in overrides
     else:
         assert p["gpu"]["name"] == "rtx4090_24gb" and p["trainer"]["setup"]["offload_policy"]
-        assert p["trainer"]["tokens_per_micro_batch"] == 1_024 + 4_096
+        # issue 43: the full 8,192-token responses, each sequence split over Ulysses SP 2 (4,608 tokens a GPU)
+        assert p["trainer"]["tokens_per_micro_batch"] == 4_608 and p["time"]["sequence_parallel"] == 2
+        assert p["time"]["sequence_parallel_seconds"] > 0
+        assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2" in (out / "overrides.txt").read_text()
 
 
 def test_shared_gpu_needs_one_gpu_per_pool(tmp_path):

@@ -8,6 +8,7 @@ planned no disk and no requests in flight, read a truncated config.json as "no c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -136,10 +137,27 @@ def test_the_entropy_metric_off_only_where_the_arms_guard_allows_it():
 
 
 def test_shorter_responses_come_last_and_are_labelled_a_different_experiment():
-    p = capacity.plan(composed(REFERENCE, "method=sc", "gpu=rtx4090_24gb"))
+    # three trainer GPUs: no Ulysses SP 2 (it must divide them), so only shorter responses make SC fit
+    p = capacity.plan(composed(REFERENCE, "method=sc", "gpu=rtx4090_24gb", "backend.placement.trainer_gpus_per_node=3"))
     combined = p["trainer"]["combined_fix"]
     assert combined["fixes"][-1] == "shorter responses" and not combined["same_experiment"]
     assert "a different experiment" in capacity.markdown(p)
+
+
+def test_ulysses_sp_multiplies_the_token_budget_and_changes_the_plan():
+    """verl packs max_token_len_per_gpu x SP tokens into a micro-batch (verl/workers/engine/utils.py): SP 2 with
+    4,608 tokens a GPU holds a 9,216-token sequence; the launcher's check and the plan both know it."""
+    sp2 = "backend.extra_overrides=['actor_rollout_ref.actor.ulysses_sequence_parallel_size=2']"
+    half = "backend.actor.max_token_len_per_gpu=4608"
+    refused = launch_checks.refused(composed(REFERENCE, "method=sc_tis", half))
+    assert refused.startswith("backend.actor.max_token_len_per_gpu=4608 is not allowed: >= rollout.max_prompt_length")
+    assert launch_checks.refused(composed(REFERENCE, "method=sc_tis", half, sp2)) is None
+    odd = launch_checks.refused(composed(REFERENCE, "method=sc_tis", "backend.actor.max_token_len_per_gpu=4000", sp2))
+    assert "4608" in odd and "ulysses_sequence_parallel_size=2" in odd
+    plain, split = (capacity.plan(composed(REFERENCE, "method=sc_tis", *extra)) for extra in ((), (half, sp2)))
+    assert split["trainer"]["per_gpu_bytes"]["total"] < plain["trainer"]["per_gpu_bytes"]["total"] - 10e9
+    assert split["time"]["sequence_parallel"] == 2 and split["time"]["sequence_parallel_seconds"] > 0
+    assert plain["time"]["sequence_parallel_seconds"] == 0
 
 
 # -- 3. time: the long tail, evaluation's own length, verl's FLOP convention, the range ------------------------
@@ -156,7 +174,8 @@ def test_a_step_decodes_until_its_longest_response():
     shape = PUBLISHED["Qwen/Qwen3-0.6B"]
     hw = timing.Hardware(bandwidth_bytes_per_s=1e12, bf16_flops=1e15, trainer_gpus=1, rollout_gpus=1,
                          tensor_parallel=1, shared_gpu=False, weights_bytes_per_rank=1e9, kv_bytes_per_token=1e5,
-                         kv_capacity_tokens=10**9, max_num_seqs=1_000)
+                         kv_capacity_tokens=10**9, max_num_seqs=1_000,
+                         intra_node_link=timing.Link("nvlink", 300e9, 3e-6))
     ta = timing.TimeAssumptions(0.25, 0.5, 0.3, 0.5, 0.6, 1e10, 1e9, 2e10, 5e8)
     mean_only = timing.generation(shape, 100, 100, 1_000, hw, ta)
     tail = timing.generation(shape, 100, 100, 1_000, hw, ta, longest=2_000)
@@ -180,11 +199,48 @@ def test_train_mfu_is_in_verls_flop_convention():
 def test_the_plan_shows_the_tail_the_evaluation_and_the_range():
     p = capacity.plan(composed(REFERENCE, "method=sc_tis"))
     t = p["time"]
-    assert t["longest_response_tokens"] > t["mean_response_tokens"]
+    # separate_async decodes continuously (the next steps' requests fill the slots): no drain of the longest
+    assert t["generation"]["pipelined"] and t["longest_response_tokens"] == t["mean_response_tokens"]
+    assert t["generation"]["requests_per_replica"] == p["rollout"]["in_flight"]["requests_per_replica"]
+    shared = capacity.plan(composed("+experiment=qwen3_0p6b_1gpu", "method=sc_tis"))["time"]
+    assert not shared["generation"]["pipelined"]  # one shared GPU: a batch lasts until its longest response
+    assert shared["longest_response_tokens"] > shared["mean_response_tokens"]
     assert t["eval_mean_response_tokens"] == 0.75 * 8_192  # evaluation's own length, not training's
     assert t["range"]["low_gpu_hours_per_arm"] < t["gpu_hours_per_arm"] < t["range"]["high_gpu_hours_per_arm"]
+    assert t["bill"]["saves"] == 25 and t["bill"]["checkpoint_write_seconds"] == pytest.approx(
+        25 * 12 * N / timing.ENGINE.checkpoint_write_bytes_per_s)
     text = capacity.markdown(p)
-    assert "Range of the length assumption" in text and "perf/mfu/actor" in text
+    assert "Range: " in text and "perf/mfu/actor" in text and "TP all-reduces over nvlink3" in text
+
+
+def test_lengths_over_training_move_from_the_early_shape_to_the_configs():
+    """The experiment's steps follow timing.LengthTrajectory: the first settle_steps move linearly from the early
+    shape to the config's (evaluated at RAMP_POINTS midpoints), the rest at the config's."""
+    cfg = composed(REFERENCE, "method=pg")
+    i = capacity.inputs_of(cfg)
+    r = capacity.rollout_side(i)
+    hw = estimate_hardware(i, r)
+    fixed = timing.step_and_experiment(i.shape, i.workload, hw, i.time, trajectory=None)
+    moving = timing.step_and_experiment(i.shape, i.workload, hw, i.time)
+    assert fixed["train_steps_seconds"] == pytest.approx(500 * fixed["step_seconds"])
+    assert moving["step_seconds"] == fixed["step_seconds"]  # a step at the config's lengths either way
+    early = timing.TRAJECTORY
+    ramp = 0.0
+    for k in range(timing.RAMP_POINTS):
+        w = (k + 0.5) / timing.RAMP_POINTS
+        t = dataclasses.replace(i.time, mean_response_fraction=0.7 + (0.5 - 0.7) * w,
+                                response_at_cap_fraction=0.46 + (0.1 - 0.46) * w)
+        ramp += early.settle_steps / timing.RAMP_POINTS * timing.step_and_experiment(
+            i.shape, i.workload, hw, t, trajectory=None)["step_seconds"]
+    assert moving["train_steps_seconds"] == pytest.approx(ramp + (500 - early.settle_steps) * fixed["step_seconds"])
+    assert moving["early_step_seconds"] > moving["step_seconds"]  # 46% at the cap early: longer steps
+    assert moving["gpu_hours_per_arm"] > fixed["gpu_hours_per_arm"]
+
+
+def estimate_hardware(i, rollout) -> timing.Hardware:
+    from runners.capacity.estimate import _hardware
+
+    return _hardware(i, rollout["per_gpu_bytes"]["weights"], rollout["kv_bytes_per_token"], rollout["kv_capacity_tokens"])
 
 
 # -- 4-5. disk and requests in flight ---------------------------------------------------------------------
@@ -253,7 +309,8 @@ def test_from_run_replans_the_experiment_from_a_synthetic_record(tmp_path, capsy
     assert c["assumptions_replaced"] == {"mean_response_fraction": 0.25, "response_at_cap_fraction": 0.05,
                                          "train_mfu": 0.2, "eval_mean_response_fraction": 7_500 / 8_192}
     evaluations = 500 // 20 + 1  # before training and every test_freq steps
-    assert c["projection"]["total_hours"] == pytest.approx((500 * 105.5 + evaluations * 600.0) / 3600)
+    bill = c["fitted"]["bill_seconds"]  # start-ups, restarts, checkpoint writes (timing.bill_seconds)
+    assert c["projection"]["total_hours"] == pytest.approx((500 * 105.5 + evaluations * 600.0 + bill) / 3600)
     assert c["projection"]["gpu_hours_per_arm"] == pytest.approx(c["projection"]["total_hours"] * 8)
     assert c["first_over_measured"]["step"] == pytest.approx(c["first"]["step_seconds"] / 105.5)
     assert c["calibrated"]["step_seconds"] != c["first"]["step_seconds"]
@@ -261,6 +318,93 @@ def test_from_run_replans_the_experiment_from_a_synthetic_record(tmp_path, capsy
     assert status == 0 and "How far the first estimate was" in out and "backend.capacity.time.train_mfu=0.2" in out
     changed = calibrate.calibrate(run, ["trainer.total_steps=1000"], steps=10)
     assert changed["projection"]["total_hours"] > c["projection"]["total_hours"]
+
+
+# -- issue 43: three synthetic records of verl 0.9.1's V1 separate_async timers -------------------------------
+def synthetic_run(tmp_path: Path, *, mean: float, at_cap: float, step: float, wait: float, train: float,
+                  name: str) -> Path:
+    """Ten steps of the reference's PG arm as verl's file logger writes them: ``timing_s/gen`` the trainer's wait
+    for the replay buffer, the trainer's own timers, the weight sync, lengths and MFU."""
+    cfg = composed(REFERENCE, "method=pg", f"results_root={tmp_path}")
+    lines = [{"step": s, "data": {
+        "timing_s/step": step, "timing_s/gen": wait, "timing_s/old_log_prob": 0.1, "timing_s/adv": 0.1,
+        "timing_s/update_actor": train - 0.2, "timing_s/update_weights": 0.8, "perf/mfu/actor": 0.225,
+        "response_length/mean": mean * 8_192, "response_length/max": 8_192 if at_cap else 8_000,
+        "response_length/clip_ratio": at_cap}} for s in range(1, 11)]
+    return write_run(tmp_path / name, cfg, lines)
+
+
+def planned(cfg, **time: float) -> dict:
+    i = capacity.inputs_of(cfg)
+    return capacity.evaluate(dataclasses.replace(i, time=dataclasses.replace(i.time, **time)))["time"]
+
+
+def test_from_run_as_planned_changes_nothing(tmp_path, capsys):
+    plan = planned(composed(REFERENCE, "method=pg"))  # trainer-bound on A100s: the rollout keeps up
+    run = synthetic_run(tmp_path, mean=0.5, at_cap=0.1, step=plan["step_seconds"], wait=0.5,
+                        train=plan["train_seconds"], name="as-planned")
+    c = calibrate.calibrate(run)
+    assert not c["measured"]["rollout_bound"] and c["fitted_decode_bandwidth_efficiency"] is None
+    assert c["slower_than_planned"] is None and c["first_over_measured"]["step"] == pytest.approx(1, rel=0.02)
+    assert c["recommendation"]["gpu_hours_per_arm"] == pytest.approx(c["first"]["gpu_hours_per_arm"], rel=0.05)
+    status, out, _ = run_cli(capsys, "--from-run", str(run))
+    assert status == 0 and "WARNING" not in out and "`timing_s/gen`: not generation" in out
+
+
+def test_from_run_4_5x_slower_with_short_responses_warns_and_never_budgets_less(tmp_path, capsys):
+    cfg = composed(REFERENCE, "method=pg")
+    short = planned(cfg, mean_response_fraction=0.25, response_at_cap_fraction=0.0)
+    step = 4.5 * short["step_seconds"]
+    run = synthetic_run(tmp_path, mean=0.25, at_cap=0.0, step=step, wait=step - short["train_seconds"] - 0.8,
+                        train=short["train_seconds"], name="slow-short")
+    c = calibrate.calibrate(run)
+    assert c["slower_than_planned"] == pytest.approx(4.5, rel=0.02) and c["measured"]["rollout_bound"]
+    eff = c["fitted_decode_bandwidth_efficiency"]
+    assert eff < 0.6 and c["fit_exact"]
+    # the fitted plan at the measured lengths reproduces the measured rollout
+    fitted = planned(cfg, mean_response_fraction=0.25, response_at_cap_fraction=0.0, decode_bandwidth_efficiency=eff)
+    assert fitted["generation"]["seconds"] == pytest.approx(c["measured"]["rollout_seconds"], rel=0.01)
+    # never more optimistic than the measurement, nor than the first plan at the config's (longer) lengths
+    assert c["recommendation"]["gpu_hours_per_arm"] >= c["projection"]["gpu_hours_per_arm"]
+    assert c["recommendation"]["gpu_hours_per_arm"] > c["first"]["gpu_hours_per_arm"]
+    assert "mean_response_fraction" not in c["recommendation"]["overrides"]  # short first lengths are not copied
+    status, out, _ = run_cli(capsys, "--from-run", str(run))
+    assert status == 0 and out.splitlines()[2].startswith("**WARNING: the first steps took 4.5x")
+    assert "backend.capacity.time.decode_bandwidth_efficiency=" in out
+
+
+def test_from_run_where_generation_waits_dominate_fits_the_rollout(tmp_path, capsys):
+    plan = planned(composed(REFERENCE, "method=pg"))
+    step = 2 * plan["step_seconds"]
+    run = synthetic_run(tmp_path, mean=0.5, at_cap=0.1, step=step, wait=0.7 * step, train=plan["train_seconds"],
+                        name="waits")
+    c = calibrate.calibrate(run)
+    assert c["measured"]["rollout_bound"] and c["measured"]["rollout_seconds"] == pytest.approx(step)
+    assert c["measured"]["seconds"]["sample_wait"] == pytest.approx(0.7 * step)
+    assert c["fitted"]["rollout_seconds"] == pytest.approx(step, rel=0.01)  # lengths as assumed: the fit itself
+    assert c["first_over_measured"]["rollout"] == pytest.approx(c["first"]["rollout_seconds"] / step)
+    assert c["timers"]["sample_wait"] == "timing_s/gen" and c["timers"]["weight_sync"] == "timing_s/update_weights"
+    status, out, _ = run_cli(capsys, "--from-run", str(run))
+    assert status == 0 and "the rollout bounds the step" in out
+
+
+def test_from_run_replans_onto_another_gpu_and_refuses_another_arm(tmp_path, capsys):
+    plan = planned(composed(REFERENCE, "method=pg"))
+    run = synthetic_run(tmp_path, mean=0.5, at_cap=0.1, step=2 * plan["step_seconds"], wait=plan["step_seconds"],
+                        train=plan["train_seconds"], name="gpu")
+    c = calibrate.calibrate(run, ["gpu=h100_80gb"])
+    assert c["gpu"] == "h100_80gb" and c["measured_gpu"] == "a100_80gb" and c["projection"] is None
+    assert c["fitted"]["step_seconds"] < calibrate.calibrate(run)["fitted"]["step_seconds"]  # a faster GPU
+    status, out, _ = run_cli(capsys, "--from-run", str(run), "gpu=h100_80gb")
+    assert status == 0 and "replanned onto h100_80gb" in out
+    before = calibrate.calibrate(run)["fitted"]["step_seconds"]
+    old = OmegaConf.load(run / "config.yaml")  # a run folder written before gpu.intra_node_link existed
+    del old.gpu["intra_node_link"]
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(old))
+    assert calibrate.calibrate(run)["fitted"]["step_seconds"] == pytest.approx(before)  # the preset's link
+    for change, wanted in (("method=sc", "method is a config group"), ("gpu=nope", "gpu=nope: no such option")):
+        status, out, err = run_cli(capsys, "--from-run", str(run), change)
+        assert status == 2 and err.startswith("config error: ") and wanted in err and err.count("\n") == 1 and out == ""
 
 
 def test_from_run_on_a_rehearsal_record(tmp_path):
@@ -274,6 +418,8 @@ def test_from_run_on_a_rehearsal_record(tmp_path):
     assert set(c["assumptions_replaced"]) == {"mean_response_fraction", "response_at_cap_fraction", "train_mfu",
                                               "eval_mean_response_fraction"}
     assert "CPU rehearsal" in calibrate.markdown(c)
+    ratios = calibrate.markdown(c).split("How far the first estimate was (estimate / measured): ")[1].split(".\n")[0]
+    assert "0.00x" not in ratios and all(float(r.split()[-1].rstrip("x")) > 0 for r in ratios.split(", "))
 
 
 @pytest.mark.parametrize("damage", ["no-config", "no-steps", "bad-change"])

@@ -29,6 +29,15 @@ def test_flash_cross_entropy_stand_in_equals_log_softmax_and_its_gradient():
     (expected,) = torch.autograd.grad((weights * reference).sum(), logits)
     torch.testing.assert_close(stand_in, reference)
     torch.testing.assert_close(grad, expected)
+    # verl's call without the entropy (inplace_backward=True): the same gradient, written into the logits' storage
+    block = torch.randn(130, 50, requires_grad=True)
+    leaf = block.detach().clone()
+    inner = block * 1.0  # a non-leaf logits block, as the LM head's output is
+    in_place = capacity_count.FlashCrossEntropyStandIn.apply(inner, labels, True)
+    (grad_in_place,) = torch.autograd.grad((weights * in_place).sum(), block)
+    (expected_in_place,) = torch.autograd.grad(
+        (weights * torch.log_softmax(leaf.requires_grad_(), -1).gather(-1, labels[:, None]).squeeze(-1)).sum(), leaf)
+    torch.testing.assert_close(grad_in_place, expected_in_place)
 
 
 def test_a_count_of_the_tiny_model_agrees_with_the_plan():

@@ -63,7 +63,10 @@ class Inputs:
     workload: timing.Workload
     time: timing.TimeAssumptions
     disk: disk.DiskInputs
+    intra_node_link: timing.Link  # the GPU preset's (gpu.intra_node_link)
     max_staleness: int = 0
+    extra_overrides: tuple[str, ...] = ()  # backend.extra_overrides (a fix that sets SP keeps the others)
+    sequence_parallel: int = 1  # Ulysses (actor_rollout_ref.actor.ulysses_sequence_parallel_size)
 
 
 
@@ -110,13 +113,16 @@ def inputs_of(cfg: DictConfig) -> Inputs:
     b = cfg.backend
     place, actor, engine, cap = b.placement, b.actor, b.rollout_engine, b.capacity
     shape, source = model_shape(cfg)
+    checkpoints = disk.inputs_of(cfg, shape)
     workload = timing.Workload(
         prompts_per_step=int(cfg.trainer.prompts_per_step), n=int(cfg.trainer.n),
         max_prompt_length=int(cfg.rollout.max_prompt_length), max_response_length=int(cfg.rollout.max_response_length),
         total_steps=int(cfg.trainer.total_steps), test_freq=int(cfg.trainer.test_freq),
         eval_prompts=sum(int(s.size) for s in cfg.data.eval_sets), eval_n=int(cfg.eval.n),
         gradient_checkpointing=bool(actor.gradient_checkpointing), tokens_per_micro_batch=int(actor.max_token_len_per_gpu),
-        offload_policy=bool(actor.offload_policy), head_bytes_per_token=_head_bytes(int(cfg.method.top_k)) if ArmSpec.of(cfg.method).sc else 0)
+        offload_policy=bool(actor.offload_policy), head_bytes_per_token=_head_bytes(int(cfg.method.top_k)) if ArmSpec.of(cfg.method).sc else 0,
+        save_freq=int(cfg.trainer.save_freq), checkpoint_bytes=float(disk.estimate(checkpoints)["checkpoint_bytes"]))
+    link = cfg.gpu.intra_node_link
     return Inputs(
         shape=shape, shape_source=source, gpu_name=str(cfg.gpu.name), gpu_bytes=int(cfg.gpu.memory_bytes),
         bandwidth=float(cfg.gpu.memory_bandwidth_bytes_per_s), flops=float(cfg.gpu.bf16_dense_flops),
@@ -133,7 +139,34 @@ def inputs_of(cfg: DictConfig) -> Inputs:
         cuda_context_bytes=int(cap.cuda_context_bytes), trainer_nccl_bytes=int(cap.trainer_nccl_bytes),
         fragmentation=float(cap.fragmentation), vllm_outside_torch_bytes=int(cap.vllm_outside_torch_bytes),
         vllm_cuda_graph_bytes=int(cap.vllm_cuda_graph_bytes), workload=workload,
-        time=_time_assumptions(cfg), disk=disk.inputs_of(cfg, shape), max_staleness=int(cfg.rollout.max_staleness))
+        time=_time_assumptions(cfg), disk=checkpoints, max_staleness=int(cfg.rollout.max_staleness),
+        intra_node_link=timing.Link(str(link.name), float(link.bytes_per_s), float(link.latency_s)),
+        extra_overrides=tuple(str(e) for e in cfg.backend.get("extra_overrides", None) or []),
+        sequence_parallel=sequence_parallel(cfg))
+
+
+#: verl's Ulysses sequence parallelism of the actor, set through ``backend.extra_overrides``.
+SEQUENCE_PARALLEL = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+
+
+def sequence_parallel(cfg: DictConfig) -> int:
+    """The Ulysses size of ``backend.extra_overrides`` (the last entry of the key wins, as in verl's composition;
+    1 without one). verl packs ``max_token_len_per_gpu x SP`` tokens into a micro-batch and gives each of the SP
+    ranks its ``max_token_len_per_gpu`` (``verl/workers/engine/utils.py``); ConfigError for a value that is not an
+    integer >= 1."""
+    from runners.config.hydra_override import parse
+
+    size: object = 1
+    for item in cfg.backend.get("extra_overrides", None) or []:
+        try:
+            key, value, _ = parse(str(item))
+        except Exception:  # noqa: BLE001 - the verl backend's checks name a malformed entry
+            continue
+        if key == SEQUENCE_PARALLEL:
+            size = value
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"backend.extra_overrides: {SEQUENCE_PARALLEL}={size!r}: an integer >= 1")
+    return int(size)
 
 
 def _select(cfg: DictConfig, key: str) -> Any:
@@ -218,32 +251,39 @@ def rollout_side(i: Inputs) -> dict[str, Any]:
 
 
 def in_flight(i: Inputs, full_length_sequences: float) -> dict[str, Any]:
-    """The requests a replica may decode at once against what its KV cache holds at full length.
+    """The requests a replica may decode at once against what its KV cache holds at full length: the
+    :class:`~runners.capacity.timing.ReplicaLoad` the time model decodes with (one structure for both).
 
     separate_async keeps generating while the trainer trains, up to ``rollout.max_staleness`` versions ahead, so
     a replica may hold up to ``(1 + max_staleness) x`` its share of a step's sequences, at most ``max_num_seqs``.
     Where that exceeds the sequences of ``max_prompt_length + max_response_length`` tokens the KV cache holds,
     vLLM preempts (and recomputes) sequences as they grow: ``preempts`` and the fix, ``max_num_seqs`` at the KV
     capacity."""
-    replicas = max(i.rollout_gpus // i.tensor_parallel, 1)
-    share = math.ceil(i.workload.prompts_per_step * i.workload.n * (1 + i.max_staleness) / replicas)
-    requests = min(i.max_num_seqs, share)
-    holds = int(full_length_sequences) if math.isfinite(full_length_sequences) else requests
-    preempts = requests > holds
-    return {"requests_per_replica": requests, "full_length_sequences_held": holds, "preempts": preempts,
+    hw = _hardware(i, weights=0, kv_bytes_per_token=1, kv_capacity_tokens=0)
+    sequence = i.workload.max_prompt_length + i.workload.max_response_length
+    load = timing.replica_load(i.workload.prompts_per_step * i.workload.n, hw, sequence, sequence)
+    holds = int(full_length_sequences) if math.isfinite(full_length_sequences) else load.requests
+    preempts = load.requests > holds
+    return {"requests_per_replica": load.requests, "full_length_sequences_held": holds, "preempts": preempts,
             "fix": {"key": "backend.rollout_engine.max_num_seqs", "value": max(holds, 1)} if preempts else None}
 
 
+def _hardware(i: Inputs, weights: int, kv_bytes_per_token: int, kv_capacity_tokens: int) -> timing.Hardware:
+    return timing.Hardware(bandwidth_bytes_per_s=i.bandwidth, bf16_flops=i.flops, trainer_gpus=i.trainer_gpus,
+                           rollout_gpus=i.rollout_gpus, tensor_parallel=i.tensor_parallel, shared_gpu=i.shared_gpu,
+                           weights_bytes_per_rank=weights, kv_bytes_per_token=kv_bytes_per_token,
+                           kv_capacity_tokens=kv_capacity_tokens, max_num_seqs=i.max_num_seqs,
+                           intra_node_link=i.intra_node_link, max_staleness=i.max_staleness,
+                           sequence_parallel=i.sequence_parallel, top_k=i.sc_top_k)
+
+
 def time_side(i: Inputs, rollout: dict[str, Any]) -> dict[str, Any]:
-    hw = timing.Hardware(bandwidth_bytes_per_s=i.bandwidth, bf16_flops=i.flops, trainer_gpus=i.trainer_gpus,
-                         rollout_gpus=i.rollout_gpus, tensor_parallel=i.tensor_parallel, shared_gpu=i.shared_gpu,
-                         weights_bytes_per_rank=rollout["per_gpu_bytes"]["weights"],
-                         kv_bytes_per_token=rollout["kv_bytes_per_token"],
-                         kv_capacity_tokens=rollout["kv_capacity_tokens"], max_num_seqs=i.max_num_seqs)
+    hw = _hardware(i, rollout["per_gpu_bytes"]["weights"], rollout["kv_bytes_per_token"], rollout["kv_capacity_tokens"])
     out = timing.step_and_experiment(i.shape, i.workload, hw, i.time)
     return {**out, "range": timing.length_range(i.shape, i.workload, hw, i.time), "estimate": True,
             "mfu_convention": "verl's perf/mfu/actor (6N FLOPs per token plus attention; recomputation not counted)",
-            "assumptions": dataclasses.asdict(i.time)}
+            "assumptions": dataclasses.asdict(i.time), "engine_costs": dataclasses.asdict(timing.ENGINE),
+            "intra_node_link": dataclasses.asdict(i.intra_node_link), "sequence_parallel": i.sequence_parallel}
 
 
 def evaluate(i: Inputs) -> dict[str, Any]:

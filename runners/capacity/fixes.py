@@ -40,7 +40,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runners.capacity import launch_checks
-from runners.capacity.estimate import Inputs, evaluate, inputs_of
+from runners.capacity.estimate import SEQUENCE_PARALLEL, Inputs, evaluate, inputs_of
 from runners.config.config_error import ConfigError
 
 DIFFERENT_EXPERIMENT = "a different experiment, not comparable with the reference"
@@ -59,7 +59,30 @@ class Fix:
 
 
 def _floor(i: Inputs) -> int:
-    return i.workload.max_prompt_length + i.workload.max_response_length
+    """The smallest micro-batch budget per GPU that holds one sequence: verl packs ``budget x SP`` tokens."""
+    return -(-(i.workload.max_prompt_length + i.workload.max_response_length) // i.sequence_parallel)
+
+
+def _override_key(item: str) -> str | None:
+    from runners.config.hydra_override import parse
+
+    try:
+        return parse(str(item))[0]
+    except Exception:  # noqa: BLE001 - Hydra's parser raises its own grammar errors (the launch checks name them)
+        return None
+
+
+def _sequence_parallel(i: Inputs) -> dict[str, Any] | None:
+    """Ulysses SP doubled with the budget per GPU at one sequence over the SP ranks: each rank's logits and
+    activations cover half the tokens. Only where the trainer GPUs split into SP groups (the launch checks refuse
+    heads that do not split)."""
+    size = 2 * i.sequence_parallel
+    if i.shared_gpu or i.trainer_gpus % size:
+        return None
+    length = i.workload.max_prompt_length + i.workload.max_response_length
+    kept = [e for e in i.extra_overrides if _override_key(e) != SEQUENCE_PARALLEL]
+    return {"backend.extra_overrides": [*kept, f"{SEQUENCE_PARALLEL}={size}"],
+            "backend.actor.max_token_len_per_gpu": min(i.tokens, -(-length // size))}
 
 
 def _smaller_tokens(i: Inputs) -> dict[str, Any] | None:
@@ -72,7 +95,8 @@ def _shorter_responses(i: Inputs) -> dict[str, Any] | None:
     r = i.workload.max_response_length
     if r < 1024 or i.tokens > _floor(i):  # a micro-batch of several sequences: a smaller one comes first
         return None
-    return {"rollout.max_response_length": r // 2, "backend.actor.max_token_len_per_gpu": i.workload.max_prompt_length + r // 2}
+    return {"rollout.max_response_length": r // 2,
+            "backend.actor.max_token_len_per_gpu": -(-(i.workload.max_prompt_length + r // 2) // i.sequence_parallel)}
 
 
 def _more_nodes(i: Inputs) -> dict[str, Any] | None:
@@ -90,6 +114,9 @@ FIXES: tuple[Fix, ...] = (
         lambda i: {"backend.actor.offload_policy": True} if not i.offload_policy else None),
     Fix("a smaller micro-batch", "trainer", "same experiment: more micro-batches per update, gradients accumulated",
         _smaller_tokens),
+    Fix("Ulysses sequence parallelism", "trainer",
+        "same experiment: each sequence's tokens split over SP GPUs (their logits and activations too), the "
+        "attention's heads exchanged by all-to-all (in the time)", _sequence_parallel),
     Fix("gradient checkpointing", "trainer", "same experiment, slower: each layer recomputed in the backward",
         lambda i: {"backend.actor.gradient_checkpointing": True} if not i.gradient_checkpointing else None),
     Fix("more trainer nodes", "trainer", "same experiment on twice the trainer GPUs (nodes of the same size)",

@@ -212,24 +212,44 @@ def markdown(p: dict[str, Any]) -> str:
             lines += ["", f"All together ({', '.join(combined['fixes'])}): `{changes_text(combined['changes'])}` fits, "
                           f"{_gb(combined['total_bytes'])}{label}."]
         lines.append("")
-    g = tm["generation"]
+    g, bill, parts = tm["generation"], tm["bill"], tm["generation"]["decode_iteration_parts"]
+    link = tm["intra_node_link"]
+    how = (f"continuous: {g['requests_per_replica']} requests in flight per replica (separate_async's steps ahead), "
+           f"{g['concurrent_sequences_per_replica']} decoding at once (the KV cache at the mean length)"
+           if g["pipelined"] else f"{g['concurrent_sequences_per_replica']} sequences per replica at once, {g['waves']} "
+           "wave(s), until the longest response")
     lines += ["## Time (an estimate)", "",
               "| part | seconds |", "|---|---:|",
-              f"| generation of a step (prefill {g['prefill_seconds']:.1f} s, decode {g['decode_seconds']:.1f} s; "
-              f"{g['concurrent_sequences_per_replica']} sequences per replica at once, {g['waves']} wave(s)) | "
+              f"| generation of a step (prefill {g['prefill_seconds']:.1f} s, decode {g['decode_seconds']:.1f} s; {how}) | "
               f"{g['seconds']:.1f} |",
-              f"| training of a step (host offload {tm['offload_seconds']:.1f} s of it) | {tm['train_seconds']:.1f} |",
+              f"| of it per decode iteration: weights and KV reads (or FLOPs) {parts['memory_or_flops'] * 1e3:.2f} ms, "
+              f"TP all-reduces over {link['name']} {parts['tp_all_reduce'] * 1e3:.2f} ms, the sampler's log-prob path "
+              f"{parts['sampler'] * 1e3:.2f} ms, the engine's overhead {parts['engine_overhead'] * 1e3:.2f} ms "
+              f"({g['decode_iterations']:.0f} iterations) | {g['decode_iteration_seconds'] * 1e3:.2f} ms |",
+              f"| training of a step (host offload {tm['offload_seconds']:.1f} s, Ulysses all-to-alls "
+              f"{tm['sequence_parallel_seconds']:.1f} s of it; SP {tm['sequence_parallel']}) | {tm['train_seconds']:.1f} |",
               f"| weight sync | {tm['weight_sync_seconds']:.1f} |",
               f"| SC head transport | {tm['sc_head_seconds']:.1f} |",
               f"| **step** ({'rollout and training one after the other: one shared GPU' if p['placement']['shared_gpu'] else 'the slower of rollout and training: they overlap'}; bound by {tm['bound_by']}) | **{tm['step_seconds']:.1f}** |",
               f"| one evaluation (mean response {tm['eval_mean_response_tokens']:.0f} tokens, longest "
-              f"{tm['eval_longest_response_tokens']:.0f}; {tm['evaluations']} in the run) | {tm['evaluation_seconds']:.1f} |", "",
+              f"{tm['eval_longest_response_tokens']:.0f}; {tm['evaluations']} in the run) | {tm['evaluation_seconds']:.1f} |",
+              f"| the bill: start-up x {1 + bill['restarts']:g} attempts {bill['startup_seconds']:.0f} s, work lost in "
+              f"{bill['restarts']:g} restart(s) {bill['lost_work_seconds']:.0f} s, {bill['saves']} checkpoint writes "
+              f"{bill['checkpoint_write_seconds']:.0f} s | {bill['seconds']:.0f} |", "",
               f"Experiment: **{tm['total_hours']:.1f} hours** per arm, **{tm['gpu_hours_per_arm']:.0f} GPU-hours** per arm "
-              f"({tm['gpus']} GPUs); four arms {4 * tm['gpu_hours_per_arm']:.0f} GPU-hours. **Range of the length "
-              f"assumption: {tm['range']['low_gpu_hours_per_arm']:.0f} to {tm['range']['high_gpu_hours_per_arm']:.0f} "
+              f"({tm['gpus']} GPUs); four arms {4 * tm['gpu_hours_per_arm']:.0f} GPU-hours"
+              + (f"; lengths over training: the first steps at {lot['early_mean_response_fraction']:g} of the cap with "
+                 f"{lot['early_response_at_cap_fraction']:g} at it (step {tm['early_step_seconds']:.0f} s), the "
+                 f"config's shape from step {lot['settle_steps']}" if (lot := tm["lengths_over_training"]) else "")
+              + ". **Range: "
+              f"{tm['range']['low_gpu_hours_per_arm']:.0f} to {tm['range']['high_gpu_hours_per_arm']:.0f} "
               f"GPU-hours per arm** (step {tm['range']['low_step_seconds']:.0f} to {tm['range']['high_step_seconds']:.0f} "
-              "s), from every response a quarter of the cap to every response at the cap, in training and evaluation.", "",
+              "s): from every response a quarter of the cap, the fast end's engine overhead and no restart, to every "
+              "response at the cap, the slow end's decode (the 8 x RTX 4090 run's) and the most restarts, each losing "
+              "every step since the last save (docs/capacity.md: the published runs against this range).", "",
               "Assumptions: " + ", ".join(f"{k} {v:g}" for k, v in tm["assumptions"].items() if v is not None)
+              + "; engine costs: " + ", ".join(f"{k} {v:g}" for k, v in tm["engine_costs"].items())
+              + f"; intra-node link {link['name']} {link['bytes_per_s'] / 1e9:g} GB/s, {link['latency_s'] * 1e6:g} us"
               + f"; mean prompt {tm['mean_prompt_tokens']:.0f} and response {tm['mean_response_tokens']:.0f} tokens, the "
               f"step's longest response {tm['longest_response_tokens']:.0f}. train_mfu is {tm['mfu_convention']}: a "
               "run's logged value can be copied here, or the whole time replanned from a run's first steps: "

@@ -343,6 +343,16 @@ class VerlBackendConfig:
 
 
 @dataclass
+class LinkConfig:
+    """A link between GPUs (``runners.capacity.timing.Link``): its kind, bytes per second in one direction and the
+    latency of one collective step."""
+
+    name: str = MISSING
+    bytes_per_s: float = positive()
+    latency_s: float = at_least(0, integer=False)
+
+
+@dataclass
 class GpuConfig:
     """``conf/gpu/<name>.yaml``: what one GPU offers, from its vendor's datasheet (the capacity plan reads it)."""
 
@@ -350,6 +360,7 @@ class GpuConfig:
     memory_bytes: float = positive()
     memory_bandwidth_bytes_per_s: float = positive()
     bf16_dense_flops: float = positive()
+    intra_node_link: LinkConfig = field(default_factory=LinkConfig)  # the GPUs of one node (NVLink or PCIe)
 
 
 # -- model ------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split w
 (``num_key_value_heads % TP == 0``) and replicated otherwise (``TP % num_key_value_heads == 0``) -- vLLM's own
 rule (``ModelConfig.verify_with_parallel_config``, ``QKVParallelLinear``); verl's Ulysses sequence parallelism
 (``actor_rollout_ref.actor.ulysses_sequence_parallel_size``, through ``backend.extra_overrides``) by the same
-rule, and it divides the trainer GPUs; without dynamic batch sizes the per-GPU micro-batch divides each GPU's
+rule, and it divides the trainer GPUs (with dynamic batch sizes verl packs ``max_token_len_per_gpu x SP`` tokens
+into a micro-batch, so the token budget that must hold one sequence is that product: :func:`_check_launch`); without dynamic batch sizes the per-GPU micro-batch divides each GPU's
 share of a mini-batch (verl's FSDP worker asserts it).
 """
 
@@ -30,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from ablations.arms import ArmSpec
+from runners.capacity.estimate import SEQUENCE_PARALLEL, sequence_parallel
 from runners.capacity.plan import check_fits, known_shape
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
@@ -62,11 +64,15 @@ def _check_launch(cfg: DictConfig) -> None:
     if prompts % sync:
         _fail("rollout.parameter_sync_step", sync, f"a divisor of trainer.prompts_per_step ({prompts}): "
               "separate_async trains prompts_per_step / parameter_sync_step prompts per mini-batch")
-    if _value(cfg, "backend.actor.use_dynamic_bsz"):
+    if _value(cfg, "backend.actor.use_dynamic_bsz"):  # verl packs max_token_len_per_gpu x SP tokens per micro-batch
         length = _value(cfg, "rollout.max_prompt_length") + _value(cfg, "rollout.max_response_length")
-        if (tokens := _value(cfg, "backend.actor.max_token_len_per_gpu")) < length:
+        sp = sequence_parallel(cfg)
+        if (tokens := _value(cfg, "backend.actor.max_token_len_per_gpu")) * sp < length:
+            per_rank = -(-length // sp)
             _fail("backend.actor.max_token_len_per_gpu", tokens,
-                  f">= rollout.max_prompt_length + rollout.max_response_length ({length})")
+                  f">= rollout.max_prompt_length + rollout.max_response_length ({length})" if sp == 1 else
+                  f">= {per_rank}: (rollout.max_prompt_length + rollout.max_response_length = {length}) / "
+                  f"{SEQUENCE_PARALLEL}={sp} (verl packs max_token_len_per_gpu x SP tokens into a micro-batch)")
     gpus, tp = _value(cfg, "backend.placement.rollout_gpus_per_node"), _value(cfg, "backend.placement.rollout_tensor_parallel")
     if gpus % tp:
         _fail("backend.placement.rollout_tensor_parallel", tp,
@@ -124,7 +130,6 @@ def validate(cfg: DictConfig) -> None:
 
 
 MAX_LOGPROBS = f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
-SEQUENCE_PARALLEL = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 
 
