@@ -323,6 +323,7 @@ class VerlBackendConfig:
     trainer_mode: str = choice("separate_async")
     num_warmup_batches: int = at_least(0)
     off_policy_strategy: str = choice("drop", "wait")
+    ray_address: Optional[str] = None  # noqa: UP045 - null: verl's own Ray; HOST:PORT: join that cluster
     placement: VerlPlacement = field(default_factory=VerlPlacement)
     actor: VerlActor = field(default_factory=VerlActor)
     rollout_engine: VerlRolloutEngine = field(default_factory=VerlRolloutEngine)

@@ -34,7 +34,7 @@ from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
 from runners.verl_backend import overrides as ovr
-from runners.verl_backend import sc_requirements
+from runners.verl_backend import ray_cluster, sc_requirements
 from runners.verl_backend.vocabulary import check_top_k
 from runners.verl_cpu import rehearsal
 from runners.verl_revisions import config_facts, installed
@@ -76,6 +76,9 @@ def _check_launch(cfg: DictConfig) -> None:
         if any(v != 1 for v in place.values()):
             _fail("backend.placement.shared_gpu", True, "only with one trainer GPU and one rollout GPU on one node, "
                   f"tensor parallel 1 (the one shared GPU); got backend.placement {place}")
+    if _value(cfg, "backend.placement.shared_gpu") and ray_cluster.address(cfg):
+        _fail("backend.placement.shared_gpu", True, f"only on a Ray of the launch's own ({ray_cluster.KEY}=null): "
+              "the shared GPU is declared to Ray twice, which a driver joining a cluster cannot do")
     if _value(cfg, "backend.rollout_engine.checkpoint_engine") == "naive":
         _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
@@ -120,6 +123,8 @@ def validate(cfg: DictConfig) -> None:
         rehearsal.check(cfg)
     if ovr.is_score_centering(cfg) and not cfg.backend.dry_run:
         installed.require(f"method={cfg.method.name} (score centering)")
+    if not cfg.backend.dry_run:  # the cluster of backend.ray_address holds the placement (a dry run joins nothing)
+        ray_cluster.check(cfg)
 
 
 MAX_LOGPROBS = f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
