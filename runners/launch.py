@@ -140,6 +140,11 @@ def jobs_run_in_this_process(argv: list[str]) -> bool:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from runners.verl_backend import slurm_ray
+
+    if (task := slurm_ray.job_task(cfg)) is not None and task.rank > 0:  # a Ray worker node of a multi-node job
+        slurm_ray.serve_as_worker(cfg, task)  # never touches the run folder
+        return
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     run_dir = run_dir_of(cfg)
     with run_lock.hold(run_dir):  # already held since before Hydra wrote anything, for in-process jobs

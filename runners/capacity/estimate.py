@@ -16,9 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from runners.capacity import disk, timing
+from runners.capacity import disk, nodes, timing
 from runners.capacity import rollout_memory as rollout_mem
 from runners.capacity import trainer_memory as trainer_mem
+from runners.capacity.nodes import Nodes
 from runners.capacity.shapes import ModelConfigError, ModelShape, shape_of
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
@@ -64,6 +65,7 @@ class Inputs:
     time: timing.TimeAssumptions
     disk: disk.DiskInputs
     max_staleness: int = 0
+    nodes: Nodes | None = None  # the nodes and the link between them (runners/capacity/nodes.py)
 
 
 
@@ -133,7 +135,20 @@ def inputs_of(cfg: DictConfig) -> Inputs:
         cuda_context_bytes=int(cap.cuda_context_bytes), trainer_nccl_bytes=int(cap.trainer_nccl_bytes),
         fragmentation=float(cap.fragmentation), vllm_outside_torch_bytes=int(cap.vllm_outside_torch_bytes),
         vllm_cuda_graph_bytes=int(cap.vllm_cuda_graph_bytes), workload=workload,
-        time=_time_assumptions(cfg), disk=disk.inputs_of(cfg, shape), max_staleness=int(cfg.rollout.max_staleness))
+        time=_time_assumptions(cfg), disk=disk.inputs_of(cfg, shape), max_staleness=int(cfg.rollout.max_staleness),
+        nodes=_nodes(cfg))
+
+
+def _nodes(cfg: DictConfig) -> Nodes:
+    """The launch's nodes and the per-GPU link between them (the key, else the GPU preset's); a launch across nodes
+    on a GPU without a known link is a config error naming the key."""
+    place = cfg.backend.placement
+    configured = _select(cfg, nodes.KEY)
+    out = Nodes(int(place.nnodes), int(place.rollout_nnodes), nodes.link_of(str(cfg.gpu.name), configured))
+    if out.spans_nodes and not out.internode_bytes_per_s_per_gpu > 0:
+        raise ConfigError(f"{nodes.KEY}={configured}: the capacity plan of a launch across nodes needs the link between "
+                          f"them for gpu={cfg.gpu.name} (no preset value); set it in bytes per second and GPU")
+    return out
 
 
 def _select(cfg: DictConfig, key: str) -> Any:
@@ -239,7 +254,8 @@ def time_side(i: Inputs, rollout: dict[str, Any]) -> dict[str, Any]:
                          rollout_gpus=i.rollout_gpus, tensor_parallel=i.tensor_parallel, shared_gpu=i.shared_gpu,
                          weights_bytes_per_rank=rollout["per_gpu_bytes"]["weights"],
                          kv_bytes_per_token=rollout["kv_bytes_per_token"],
-                         kv_capacity_tokens=rollout["kv_capacity_tokens"], max_num_seqs=i.max_num_seqs)
+                         kv_capacity_tokens=rollout["kv_capacity_tokens"], max_num_seqs=i.max_num_seqs,
+                         nodes=i.nodes)
     out = timing.step_and_experiment(i.shape, i.workload, hw, i.time)
     return {**out, "range": timing.length_range(i.shape, i.workload, hw, i.time), "estimate": True,
             "mfu_convention": "verl's perf/mfu/actor (6N FLOPs per token plus attention; recomputation not counted)",

@@ -20,7 +20,8 @@ Every figure rests on the :class:`TimeAssumptions`, which the plan reports besid
   logs as ``perf/mfu/actor`` and a value copied from a run's log means the same here; with FSDP2's CPU
   offload, per micro-batch the fp32 shards come in twice (forward, backward) and the gradients go out
   (``12 N / D`` bytes over the host link), and AdamW runs on the host;
-* **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step; **the SC head**: its bytes
+* **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step (across nodes at most the
+  link between them, and FSDP's collectives over that link on the trainer's side: :mod:`runners.capacity.nodes`); **the SC head**: its bytes
   per response token through verl's transfer path;
 * **a step**: separate_async overlaps generation with training, so a step takes the slower side; on one GPU
   shared by both they run one after the other;
@@ -33,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from runners.capacity import nodes
+from runners.capacity.nodes import Nodes
 from runners.capacity.shapes import ModelShape
 
 
@@ -146,6 +149,7 @@ class Hardware:
     kv_bytes_per_token: int
     kv_capacity_tokens: int
     max_num_seqs: int
+    nodes: Nodes | None = None  # the launch's nodes and the link between them (None: one node)
 
 
 def generation(shape: ModelShape, sequences: int, prompt: float, response: float, hw: Hardware,
@@ -209,9 +213,14 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
         micro_batches = math.ceil(sequences * (prompt + response) / hw.trainer_gpus / work.tokens_per_micro_batch)
         offload = micro_batches * 12 * shard / ta.host_link_bytes_per_s + shard / ta.host_optimizer_params_per_s
     train += offload
-    sync = 2 * shape.parameters / ta.weight_sync_bytes_per_s
+    sync_rate, collectives = ta.weight_sync_bytes_per_s, 0.0
+    if hw.nodes is not None:  # across nodes (runners/capacity/nodes.py): FSDP's collectives and the sync over the link
+        sync_rate = nodes.weight_sync_bytes_per_s(sync_rate, hw.nodes)
+        collectives = nodes.fsdp_internode_seconds(shape.parameters, hw.trainer_gpus, nodes.micro_batches(
+            sequences, prompt + response, hw.trainer_gpus, work.tokens_per_micro_batch), hw.nodes)
+    sync = 2 * shape.parameters / sync_rate
     head = sequences * response * work.head_bytes_per_token / ta.head_transport_bytes_per_s
-    rollout_side, trainer_side = gen["seconds"] + head, train + sync
+    rollout_side, trainer_side = gen["seconds"] + head, train + sync + collectives
     step = rollout_side + trainer_side if hw.shared_gpu else max(rollout_side, trainer_side)
     eval_sequences = work.eval_prompts * work.eval_n
     evaluation = generation(shape, eval_sequences, prompt, eval_lengths.mean, hw, ta,
@@ -221,6 +230,7 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     gpus = hw.trainer_gpus if hw.shared_gpu else hw.trainer_gpus + hw.rollout_gpus
     return {"step_seconds": step, "bound_by": "rollout" if rollout_side >= trainer_side else "trainer",
             "generation": gen, "train_seconds": train, "offload_seconds": offload, "weight_sync_seconds": sync,
+            "internode_collective_seconds": collectives,
             "sc_head_seconds": head, "mean_prompt_tokens": prompt, "mean_response_tokens": response,
             "longest_response_tokens": gen["longest_response_tokens"],
             "eval_mean_response_tokens": eval_lengths.mean,

@@ -310,6 +310,7 @@ class VerlCapacity:
     vllm_outside_torch_bytes: float = at_least(0, integer=False)
     vllm_cuda_graph_bytes: float = at_least(0, integer=False)
     disk_budget_bytes: float = positive()
+    internode_bytes_per_s_per_gpu: Optional[float] = None  # noqa: UP045 - null: the GPU preset's (runners/capacity/nodes.py)
     time: CapacityTime = field(default_factory=CapacityTime)
 
 

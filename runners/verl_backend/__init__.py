@@ -82,8 +82,19 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
         log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
                  "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
         return
+    from runners.verl_backend import slurm_ray
     from runners.verl_backend.launch import launch
 
+    if (task := slurm_ray.job_task(cfg)) is not None:  # task 0 of a multi-node SLURM job: the Ray head (docs/multinode.md)
+        from omegaconf import OmegaConf
+
+        from runners.verl_backend import ray_cluster
+
+        with slurm_ray.head_of_job(cfg, task) as address:
+            cfg = OmegaConf.merge(cfg, {"backend": {"ray_address": address}})
+            ray_cluster.check(cfg)
+            launch(cfg, run_dir)
+        return
     launch(cfg, run_dir)
 
 
