@@ -21,6 +21,9 @@ locks of all jobs of the sweep up front and holds them to the end; with another 
 ``hydra/launcher=parallel``) each job takes its own lock when it starts, after Hydra has written
 its ``.hydra/`` files.
 
+A task of a multi-node SLURM job other than the first (``hydra/launcher=slurm_multinode``) is a Ray worker node
+and returns without touching the run folder (:mod:`runners.verl_backend.slurm_ray`).
+
 Per job, under its lock: tidy the run folder (``runners.run.run_folder.prepare``: stale temporary
 files, an earlier start that completed no step), write ``config.yaml`` into it
 (``results/<sweep>/<method>-seed<seed>/``) and hand the run to the backend.

@@ -9,8 +9,10 @@ evaluation sets need, what score centering needs of the keys the project sets
 can carry an SC arm's head on a real launch (the error names what it lacks), ``method.top_k`` against the
 vocabulary (:mod:`runners.verl_backend.vocabulary`), what ``backend.extra_overrides`` may hold
 (:func:`extra_overrides`), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_cpu.rehearsal.check`),
-and that a GPU launch fits its GPUs (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
-too, so a plan that cannot be computed is a config error before the dry run writes or moves anything).
+that a GPU launch fits its GPUs (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
+too, so a plan that cannot be computed is a config error before the dry run writes or moves anything), and that
+the Ray cluster of ``backend.ray_address`` answers and holds the placement (:func:`runners.verl_backend.ray_cluster.check`,
+not on a dry run).
 
 The checks a GPU would otherwise make (:func:`check_model_parallelism`): vLLM's tensor parallelism splits the
 attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split when there are at least TP of them

@@ -71,7 +71,7 @@ def job_task(cfg: DictConfig) -> JobTask | None:
     """This process's task where it is one of several tasks of a submitit job running the verl backend, else None."""
     if OmegaConf.select(cfg, "backend.name") != "verl" or OmegaConf.select(cfg, "backend.dry_run"):
         return None
-    if not any(k.startswith("SUBMITIT_") for k in os.environ):
+    if not os.environ.get("SUBMITIT_EXECUTOR"):  # submitit's job script sets it (slurm, local)
         return None
     import submitit
 
