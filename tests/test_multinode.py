@@ -151,3 +151,13 @@ def test_a_gpu_without_a_known_link_needs_the_key_across_nodes(monkeypatch):
 def test_the_more_nodes_fix_names_a_launch_the_project_runs():
     assert "hydra/launcher=slurm_multinode" in MORE_NODES_EFFECT and "backend.ray_address" in MORE_NODES_EFFECT
     assert (CONF / "hydra" / "launcher" / "slurm_multinode.yaml").is_file()
+
+
+def test_rays_local_address_starts_a_new_ray_whatever_the_environment_names(monkeypatch, tmp_path):
+    """Ray's own rule the default launch relies on: ``address=None`` follows RAY_ADDRESS (or a running cluster's
+    address file), ``address="local"`` never does (``ray.init``: RAY_ADDRESS replaces only None or "auto")."""
+    from ray._private import services
+
+    monkeypatch.setenv("RAY_ADDRESS", "192.0.2.1:6379")
+    assert services.canonicalize_bootstrap_address(None, str(tmp_path)) == "192.0.2.1:6379"
+    assert services.canonicalize_bootstrap_address(ray_cluster.OWN_RAY, str(tmp_path)) is None
