@@ -59,7 +59,8 @@ ARMS = ("pg", "sc")
 KILLED = "pg"
 TOTAL_STEPS = 4  # conf/experiment/rehearsal.yaml: save_freq 2
 KILL_AFTER_CHECKPOINT = 2
-#: What verl names the trainer's worker class in Ray (``WorkerDict`` wraps the FSDP2 ActorRolloutRefWorker).
+#: verl's trainer worker class in Ray: ``WorkerDict`` (``create_colocated_worker_cls``, around the FSDP2
+#: ActorRolloutRefWorker), which Ray names by its qualified name (``create_colocated_worker_cls.<locals>.WorkerDict``).
 TRAINER_ACTOR = "WorkerDict"
 
 _ACTORS = """
@@ -157,7 +158,8 @@ def test_a_cluster_without_enough_gpus_is_refused_before_anything_runs(two_nodes
 
 
 def test_the_trainer_ran_on_both_nodes(two_nodes):
-    assert len(two_nodes.actor_nodes.get(TRAINER_ACTOR, [])) == 2, two_nodes.actor_nodes
+    trainer = {node for name, ids in two_nodes.actor_nodes.items() if name.endswith(TRAINER_ACTOR) for node in ids}
+    assert len(trainer) == 2, sorted(two_nodes.actor_nodes)
 
 
 def test_kill_and_resume_leave_nothing_behind(two_nodes):
