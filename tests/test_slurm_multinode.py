@@ -46,7 +46,7 @@ def test_a_rehearsal_arm_runs_on_the_ray_cluster_of_a_two_task_job(tmp_path):
     assert check_run_dir(run_dir) == []
     record = json.loads((run_dir / "metrics.json").read_text())
     assert record["run"]["status"] == "finished" and [r["step"] for r in record["train"]] == [1, 2]
-    (job,) = [p for p in submitit.iterdir() if p.is_dir()]
+    (job,) = [p for p in submitit.iterdir() if (p / f"{p.name}_0_log.out").exists()]  # the job's folder (%j)
     assert (job / slurm_ray.DONE_FILE.format(job=job.name)).exists(), sorted(p.name for p in job.iterdir())
     assert not list(job.glob("*_ray_head.json*")), "the head's address file (with its token) was left"
     left = {pid for pid in slurm_ray.node_pids(Path(f"/tmp/sc-ray-{job.name}-"))}

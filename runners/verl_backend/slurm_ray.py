@@ -189,7 +189,10 @@ def head_of_job(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIM
 
 
 def serve_as_worker(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIMEOUT_S) -> None:
-    """A task other than 0: a Ray worker node of the job's cluster until the head is done (the module docstring)."""
+    """A task other than 0: a Ray worker node of the job's cluster until the head is done (the module docstring).
+    Nothing where ``backend.ray_address`` is set (task 0 refuses the launch: the job brings up its own cluster)."""
+    if OmegaConf.select(cfg, "backend.ray_address", default=None):
+        return
     _wait_for(task.head_file.exists, join_timeout_s, f"the Ray head of SLURM job {task.job_id} writing {task.head_file}")
     head = json.loads(task.head_file.read_text())
     temp_dir = Path(head["temp_dir"])  # a worker node uses the head's folder name, on its own machine
