@@ -21,8 +21,8 @@ Every figure rests on the :class:`TimeAssumptions`, which the plan reports besid
   offload, per micro-batch the fp32 shards come in twice (forward, backward) and the gradients go out
   (``12 N / D`` bytes over the host link), and AdamW runs on the host;
 * **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step (across nodes at most the
-  link between them, and FSDP's collectives over that link on the trainer's side: :mod:`runners.capacity.nodes`); **the SC head**: its bytes
-  per response token through verl's transfer path;
+  link between them, and FSDP's collectives over that link on the trainer's side:
+  :mod:`runners.capacity.nodes`); **the SC head**: its bytes per response token through verl's transfer path;
 * **a step**: separate_async overlaps generation with training, so a step takes the slower side; on one GPU
   shared by both they run one after the other;
 * **evaluation**: the evaluation sets x ``eval.n`` samples generated the same way, at evaluation's own
