@@ -15,7 +15,8 @@ Asserted: the run contract and the attempts of both arms, every step logged, the
 trainer right after a sync (``actor/ppo_kl``), the sampler's weight version following the trainer's, the
 trainer's workers on both nodes (Ray's actor table), and nothing left behind by the kill or the end (verl
 drivers, Ray workers of the launches, vLLM's engines, ``/dev/shm`` segments, vLLM's socket folders), nor by
-the cluster once stopped (no process of either node, its socket folder gone).
+the cluster once stopped (no process of either node; its temporary folder, which holds Ray's sockets, is then
+removed by the fixture).
 
 What one machine cannot show: the network between hosts (both nodes talk over this machine's own address),
 NCCL across hosts (the rehearsal's collectives are gloo, its weight sync a file), a node failing alone.
