@@ -6,8 +6,8 @@ on this one machine, where a cluster gives one task to each of two nodes): each 
 Hydra job, task 0 starts the Ray head and the arm, task 1 reads the head's file in the job's folder and joins as
 a Ray worker node (runners/verl_backend/slurm_ray.py). The arm is the CPU rehearsal with the trainer on two nodes
 (``backend.placement.nnodes=2``; the HF stand-in as its rollout, to keep it short). Asserted: the run finishes
-and passes the run contract, the head's address file (it holds the token) is gone, the done file written, and no
-process of either Ray node is left.
+and passes the run contract (task 0 launched only once all nodes had joined), the head's address file (it holds
+the token) is gone, the done file written, and no process or temporary folder of either Ray node is left.
 
 What has not run: sbatch, srun across hosts, a requeue by SLURM (the requeue's resume is the single-node
 path's: tests/integration/test_rehearsal.py kills and resumes an arm), the head's address on a real network.
@@ -49,5 +49,6 @@ def test_a_rehearsal_arm_runs_on_the_ray_cluster_of_a_two_task_job(tmp_path):
     (job,) = [p for p in submitit.iterdir() if (p / f"{p.name}_0_log.out").exists()]  # the job's folder (%j)
     assert (job / slurm_ray.DONE_FILE.format(job=job.name)).exists(), sorted(p.name for p in job.iterdir())
     assert not list(job.glob("*_ray_head.json*")), "the head's address file (with its token) was left"
-    left = {pid for pid in slurm_ray.node_pids(Path(f"/tmp/sc-ray-{job.name}-"))}
+    left = slurm_ray.node_pids(Path(f"/tmp/sc-ray-{job.name}-"))
     assert not left, f"processes of the job's Ray nodes are left: {sorted(left)}"
+    assert not list(Path("/tmp").glob(f"sc-ray-{job.name}-*")), "the nodes' temporary folder (sessions, sockets) was left"

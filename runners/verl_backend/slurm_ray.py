@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -186,6 +187,7 @@ def head_of_job(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIM
         task.done_file.touch()
         stop_node(temp_dir)
         task.head_file.unlink(missing_ok=True)
+        shutil.rmtree(temp_dir, ignore_errors=True)  # the node's sessions, logs and sockets
 
 
 def serve_as_worker(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIMEOUT_S) -> None:
@@ -205,3 +207,5 @@ def serve_as_worker(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN
             time.sleep(2.0)
     finally:
         stop_node(worker_tag)
+        if not node_pids(temp_dir):  # on its own machine the worker node keeps its session in the head's folder name
+            shutil.rmtree(temp_dir, ignore_errors=True)
