@@ -21,6 +21,9 @@ locks of all jobs of the sweep up front and holds them to the end; with another 
 ``hydra/launcher=parallel``) each job takes its own lock when it starts, after Hydra has written
 its ``.hydra/`` files.
 
+A task of a multi-node SLURM job other than the first (``hydra/launcher=slurm_multinode``) is a Ray worker node
+and returns without touching the run folder (:mod:`runners.verl_backend.slurm_ray`).
+
 Per job, under its lock: tidy the run folder (``runners.run.run_folder.prepare``: stale temporary
 files, an earlier start that completed no step), write ``config.yaml`` into it
 (``results/<sweep>/<method>-seed<seed>/``) and hand the run to the backend.
@@ -140,6 +143,11 @@ def jobs_run_in_this_process(argv: list[str]) -> bool:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from runners.verl_backend import slurm_ray
+
+    if (task := slurm_ray.job_task(cfg)) is not None and task.rank > 0:  # a Ray worker node of a multi-node job
+        slurm_ray.serve_as_worker(cfg, task)  # never touches the run folder
+        return
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     run_dir = run_dir_of(cfg)
     with run_lock.hold(run_dir):  # already held since before Hydra wrote anything, for in-process jobs

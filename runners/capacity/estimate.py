@@ -16,9 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from runners.capacity import disk, timing
+from runners.capacity import disk, nodes, timing
 from runners.capacity import rollout_memory as rollout_mem
 from runners.capacity import trainer_memory as trainer_mem
+from runners.capacity.nodes import Nodes
 from runners.capacity.shapes import ModelConfigError, ModelShape, shape_of
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
@@ -67,6 +68,7 @@ class Inputs:
     max_staleness: int = 0
     extra_overrides: tuple[str, ...] = ()  # backend.extra_overrides (a fix that sets SP keeps the others)
     sequence_parallel: int = 1  # Ulysses (actor_rollout_ref.actor.ulysses_sequence_parallel_size)
+    nodes: Nodes | None = None  # the nodes and the link between them (runners/capacity/nodes.py)
 
 
 
@@ -142,7 +144,7 @@ def inputs_of(cfg: DictConfig) -> Inputs:
         time=_time_assumptions(cfg), disk=checkpoints, max_staleness=int(cfg.rollout.max_staleness),
         intra_node_link=timing.Link(str(link.name), float(link.bytes_per_s), float(link.latency_s)),
         extra_overrides=tuple(str(e) for e in cfg.backend.get("extra_overrides", None) or []),
-        sequence_parallel=sequence_parallel(cfg))
+        sequence_parallel=sequence_parallel(cfg), nodes=_nodes(cfg))
 
 
 #: verl's Ulysses sequence parallelism of the actor, set through ``backend.extra_overrides``.
@@ -167,6 +169,18 @@ def sequence_parallel(cfg: DictConfig) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ConfigError(f"backend.extra_overrides: {SEQUENCE_PARALLEL}={size!r}: an integer >= 1")
     return int(size)
+
+
+def _nodes(cfg: DictConfig) -> Nodes:
+    """The launch's nodes and the per-GPU link between them (the key, else the GPU preset's); a launch across nodes
+    on a GPU without a known link is a config error naming the key."""
+    place = cfg.backend.placement
+    configured = _select(cfg, nodes.KEY)
+    out = Nodes(int(place.nnodes), int(place.rollout_nnodes), nodes.link_of(str(cfg.gpu.name), configured))
+    if out.spans_nodes and not out.internode_bytes_per_s_per_gpu > 0:
+        raise ConfigError(f"{nodes.KEY}={configured}: the capacity plan of a launch across nodes needs the link between "
+                          f"them for gpu={cfg.gpu.name} (no preset value); set it in bytes per second and GPU")
+    return out
 
 
 def _select(cfg: DictConfig, key: str) -> Any:
@@ -274,7 +288,7 @@ def _hardware(i: Inputs, weights: int, kv_bytes_per_token: int, kv_capacity_toke
                            weights_bytes_per_rank=weights, kv_bytes_per_token=kv_bytes_per_token,
                            kv_capacity_tokens=kv_capacity_tokens, max_num_seqs=i.max_num_seqs,
                            intra_node_link=i.intra_node_link, max_staleness=i.max_staleness,
-                           sequence_parallel=i.sequence_parallel, top_k=i.sc_top_k)
+                           sequence_parallel=i.sequence_parallel, top_k=i.sc_top_k, nodes=i.nodes)
 
 
 def time_side(i: Inputs, rollout: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ The trainer's fixes, in the order they are shown:
 * **a smaller micro-batch** (``backend.actor.max_token_len_per_gpu``, halved, at least one whole
   sequence): same experiment, more micro-batches per update;
 * **gradient checkpointing** where it is off: same experiment, slower;
-* **more trainer nodes** (``backend.placement.nnodes`` doubled): same experiment, more GPUs;
+* **more trainer nodes** (``backend.placement.nnodes`` doubled): same experiment, more GPUs, launched by
+  ``hydra/launcher=slurm_multinode`` or onto a cluster at ``backend.ray_address`` (:data:`MORE_NODES_EFFECT`);
 * **shorter responses** (``rollout.max_response_length`` halved, the micro-batch one such sequence; only
   once the micro-batch is one whole sequence): a different experiment, not comparable with the reference.
 
@@ -44,6 +45,11 @@ from runners.capacity.estimate import SEQUENCE_PARALLEL, Inputs, evaluate, input
 from runners.config.config_error import ConfigError
 
 DIFFERENT_EXPERIMENT = "a different experiment, not comparable with the reference"
+#: The launches that run more trainer nodes (docs/multinode.md).
+MORE_NODES_EFFECT = ("same experiment on twice the trainer GPUs (nodes of the same size); launch it with "
+                     "hydra/launcher=slurm_multinode (one SLURM job of backend.placement.nnodes nodes per arm, a Ray "
+                     "cluster over them) or onto a running Ray cluster with backend.ray_address=HOST:PORT "
+                     "(docs/multinode.md)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +125,7 @@ FIXES: tuple[Fix, ...] = (
         "attention's heads exchanged by all-to-all (in the time)", _sequence_parallel),
     Fix("gradient checkpointing", "trainer", "same experiment, slower: each layer recomputed in the backward",
         lambda i: {"backend.actor.gradient_checkpointing": True} if not i.gradient_checkpointing else None),
-    Fix("more trainer nodes", "trainer", "same experiment on twice the trainer GPUs (nodes of the same size)",
-        _more_nodes),
+    Fix("more trainer nodes", "trainer", MORE_NODES_EFFECT, _more_nodes),
     Fix("shorter responses", "trainer", DIFFERENT_EXPERIMENT, _shorter_responses, same_experiment=False),
     Fix("more tensor parallelism", "rollout", "same samples: fewer vLLM replicas, each on more GPUs",
         lambda i: ({"backend.placement.rollout_tensor_parallel": 2 * i.tensor_parallel}

@@ -30,8 +30,9 @@ reports beside it:
   (``12 N / D`` bytes over the host link), and AdamW runs on the host; with Ulysses sequence parallelism, four
   all-to-alls per layer (q, k, v in, the output back) in the forward, the backward and the recomputation
   (:func:`all_to_all_seconds`);
-* **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step; **the SC head**: its bytes
-  per response token through verl's transfer path;
+* **weight sync**: the bf16 weights over the trainer-to-vLLM link, once per step (across nodes at most the
+  link between them, and FSDP's collectives over that link on the trainer's side:
+  :mod:`runners.capacity.nodes`); **the SC head**: its bytes per response token through verl's transfer path;
 * **a step**: separate_async overlaps generation with training, so a step takes the slower side; on one GPU
   shared by both they run one after the other;
 * **evaluation**: the evaluation sets x ``eval.n`` samples generated as one batch until its longest, at
@@ -52,6 +53,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from runners.capacity import nodes
+from runners.capacity.nodes import Nodes
 from runners.capacity.shapes import ModelShape
 
 
@@ -258,6 +261,7 @@ class Hardware:
     max_staleness: int = 0  # separate_async: steps the rollout may run ahead (rollout.max_staleness)
     sequence_parallel: int = 1  # Ulysses sequence parallelism of the trainer
     top_k: int = 0  # an SC arm's head size (the sampler's top-k pass)
+    nodes: Nodes | None = None  # the launch's nodes and the link between them (None: one node)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,9 +393,14 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
         sequence_parallel = 4 * shape.num_hidden_layers * passes * micro_batches * all_to_all_seconds(
             per_micro_batch, hw.sequence_parallel, hw.intra_node_link)
     train += offload + sequence_parallel
-    sync = 2 * shape.parameters / ta.weight_sync_bytes_per_s
+    sync_rate, collectives = ta.weight_sync_bytes_per_s, 0.0
+    if hw.nodes is not None:  # across nodes (runners/capacity/nodes.py): FSDP's collectives and the sync over the link
+        sync_rate = nodes.weight_sync_bytes_per_s(sync_rate, hw.nodes)
+        collectives = nodes.fsdp_internode_seconds(shape.parameters, hw.trainer_gpus, nodes.micro_batches(
+            sequences, prompt + response, hw.trainer_gpus, work.tokens_per_micro_batch), hw.nodes)
+    sync = 2 * shape.parameters / sync_rate
     head = sequences * response * work.head_bytes_per_token / ta.head_transport_bytes_per_s
-    rollout_side, trainer_side = gen["seconds"] + head, train + sync
+    rollout_side, trainer_side = gen["seconds"] + head, train + sync + collectives
     step = rollout_side + trainer_side if hw.shared_gpu else max(rollout_side, trainer_side)
     eval_sequences = work.eval_prompts * work.eval_n
     evaluation = generation(shape, eval_sequences, prompt, eval_lengths.mean, hw, ta,
@@ -418,6 +427,7 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     return {"step_seconds": step, "bound_by": "rollout" if rollout_side >= trainer_side else "trainer",
             "generation": gen, "train_seconds": train, "offload_seconds": offload,
             "sequence_parallel_seconds": sequence_parallel, "weight_sync_seconds": sync,
+            "internode_collective_seconds": collectives,
             "sc_head_seconds": head, "mean_prompt_tokens": prompt, "mean_response_tokens": response,
             "longest_response_tokens": gen["longest_response_tokens"],
             "eval_mean_response_tokens": eval_lengths.mean,

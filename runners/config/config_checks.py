@@ -27,7 +27,7 @@ from runners.config.config_error import ConfigError
 #: so may the capacity plan's inputs, ``gpu`` and ``backend.capacity``: the plan is made anew at every launch
 #: and nothing trains on them.) Each key covers the keys under it.
 RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run", "backend.logger", "backend.project_name",
-                                     "gpu", "backend.capacity"})
+                                     "gpu", "backend.capacity", "backend.ray_address"})
 #: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 #: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.

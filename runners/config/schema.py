@@ -317,6 +317,7 @@ class VerlCapacity:
     vllm_outside_torch_bytes: float = at_least(0, integer=False)
     vllm_cuda_graph_bytes: float = at_least(0, integer=False)
     disk_budget_bytes: float = positive()
+    internode_bytes_per_s_per_gpu: Optional[float] = None  # noqa: UP045 - null: the GPU preset's (runners/capacity/nodes.py)
     time: CapacityTime = field(default_factory=CapacityTime)
 
 
@@ -330,6 +331,7 @@ class VerlBackendConfig:
     trainer_mode: str = choice("separate_async")
     num_warmup_batches: int = at_least(0)
     off_policy_strategy: str = choice("drop", "wait")
+    ray_address: Optional[str] = None  # noqa: UP045 - null: verl's own Ray; HOST:PORT: join that cluster
     placement: VerlPlacement = field(default_factory=VerlPlacement)
     actor: VerlActor = field(default_factory=VerlActor)
     rollout_engine: VerlRolloutEngine = field(default_factory=VerlRolloutEngine)

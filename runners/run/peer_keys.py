@@ -9,7 +9,8 @@ a new config group adds is one at once), minus two explicit lists:
   dry-runs, where live curves go (``backend.logger``, ``backend.project_name``), how many checkpoints
   are kept and how often verl's logs are merged, where warm-started bases are cached, the interpreter
   that runs verl, and the capacity plan's inputs (``gpu``, ``backend.capacity``: checked before a
-  launch, nothing trains on them). A key listed here matches itself and every key under it.
+  launch, nothing trains on them), and the Ray cluster a run joins (``backend.ray_address``: where it runs,
+  not what). A key listed here matches itself and every key under it.
 - :data:`ARM_KEYS` -- the keys of an arm's declaration (``ablations/arms/``: ``method.name``,
   ``method.loss_mode``, ``method.tis_cap``, ``method.score_centering``, ``method.rollout_correction``): they differ between arms by
   design, and the arm is the comparison's own axis. ``method.top_k`` (the setup's head size) is set by
@@ -40,7 +41,7 @@ INERT_KEYS: frozenset[str] = frozenset({
     "backend.logger", "backend.project_name",
     "backend.keep_checkpoints", "backend.actor.max_ckpt_to_keep", "backend.actor.checkpoint_contents",
     "backend.ingest_interval_s", "backend.cache_dir", "backend.python",
-    "gpu", "backend.capacity",
+    "gpu", "backend.capacity", "backend.ray_address",
 })
 
 

@@ -82,8 +82,24 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
         log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
                  "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
         return
+    from runners.verl_backend import slurm_ray
     from runners.verl_backend.launch import launch
 
+    if (task := slurm_ray.job_task(cfg)) is not None:  # task 0 of a multi-node SLURM job: the Ray head (docs/multinode.md)
+        from omegaconf import OmegaConf
+
+        from runners.config.config_error import ConfigError
+        from runners.verl_backend import ray_cluster
+
+        if ray_cluster.address(cfg):
+            raise ConfigError(f"{ray_cluster.KEY}={ray_cluster.address(cfg)} is not allowed in a job of several "
+                              "tasks (hydra/launcher=slurm_multinode): the job brings up a Ray cluster over its own "
+                              f"nodes; leave {ray_cluster.KEY} null, or launch onto the cluster without the launcher")
+        with slurm_ray.head_of_job(cfg, task) as address:
+            cfg = OmegaConf.merge(cfg, {"backend": {"ray_address": address}})
+            ray_cluster.check(cfg)
+            launch(cfg, run_dir)
+        return
     launch(cfg, run_dir)
 
 

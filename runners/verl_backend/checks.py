@@ -9,8 +9,10 @@ evaluation sets need, what score centering needs of the keys the project sets
 can carry an SC arm's head on a real launch (the error names what it lacks), ``method.top_k`` against the
 vocabulary (:mod:`runners.verl_backend.vocabulary`), what ``backend.extra_overrides`` may hold
 (:func:`extra_overrides`), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl_cpu.rehearsal.check`),
-and that a GPU launch fits its GPUs (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
-too, so a plan that cannot be computed is a config error before the dry run writes or moves anything).
+that a GPU launch fits its GPUs (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
+too, so a plan that cannot be computed is a config error before the dry run writes or moves anything), and that
+the Ray cluster of ``backend.ray_address`` answers and holds the placement (:func:`runners.verl_backend.ray_cluster.check`,
+not on a dry run).
 
 The checks a GPU would otherwise make (:func:`check_model_parallelism`): vLLM's tensor parallelism splits the
 attention heads, so ``num_attention_heads % TP == 0``, and the KV heads, split when there are at least TP of them
@@ -37,7 +39,7 @@ from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
 from runners.verl_backend import overrides as ovr
-from runners.verl_backend import sc_requirements
+from runners.verl_backend import ray_cluster, sc_requirements
 from runners.verl_backend.vocabulary import check_top_k
 from runners.verl_cpu import rehearsal
 from runners.verl_revisions import config_facts, installed
@@ -83,6 +85,9 @@ def _check_launch(cfg: DictConfig) -> None:
         if any(v != 1 for v in place.values()):
             _fail("backend.placement.shared_gpu", True, "only with one trainer GPU and one rollout GPU on one node, "
                   f"tensor parallel 1 (the one shared GPU); got backend.placement {place}")
+    if _value(cfg, "backend.placement.shared_gpu") and ray_cluster.address(cfg):
+        _fail("backend.placement.shared_gpu", True, f"only on a Ray of the launch's own ({ray_cluster.KEY}=null): "
+              "the shared GPU is declared to Ray twice, which a driver joining a cluster cannot do")
     if _value(cfg, "backend.rollout_engine.checkpoint_engine") == "naive":
         _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
@@ -127,6 +132,8 @@ def validate(cfg: DictConfig) -> None:
         rehearsal.check(cfg)
     if ArmSpec.of(cfg.method).sc and not cfg.backend.dry_run:
         installed.require(f"method={cfg.method.name} (score centering)")
+    if not cfg.backend.dry_run:  # the cluster of backend.ray_address holds the placement (a dry run joins nothing)
+        ray_cluster.check(cfg)
 
 
 MAX_LOGPROBS = f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs"

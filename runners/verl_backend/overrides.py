@@ -27,6 +27,7 @@ from ablations.arms import ArmSpec
 from runners import verl_head
 from runners.config import is_rehearsal
 from runners.config.hydra_override import override
+from runners.verl_backend import ray_cluster
 from runners.verl_backend.run_files import AttemptPaths
 from runners.verl_cpu import rehearsal
 from runners.verl_revisions import config_facts, defects, installed, newer_keys
@@ -113,6 +114,8 @@ def build_overrides(cfg: DictConfig, paths: AttemptPaths) -> list[str]:
     put("actor_rollout_ref.rollout.n_gpus_per_node", int(place.rollout_gpus_per_node))
     put("actor_rollout_ref.rollout.tensor_model_parallel_size", int(place.rollout_tensor_parallel))
     put("actor_rollout_ref.rollout.checkpoint_engine.backend", engine.checkpoint_engine)
+    # the Ray verl's driver starts or joins: never a cluster it happens to find (runners/verl_backend/ray_cluster.py)
+    put("ray_kwargs.ray_init.address", ray_cluster.init_address(cfg), add=True)
     if place.shared_gpu:  # Ray is told of a GPU per pool; both use the one device (SHARED_GPU_ENV)
         put("ray_kwargs.ray_init.num_gpus", int(place.trainer_gpus_per_node) + int(place.rollout_gpus_per_node), add=True)
     put("trainer.total_training_steps", int(t.total_steps))

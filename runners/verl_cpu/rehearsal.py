@@ -202,15 +202,24 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
              "(runners.verl_cpu.weight_sync): a file per sync instead of NCCL",
              {"actor_rollout_ref.rollout.checkpoint_engine.backend": verl_cpu.WEIGHT_SYNC_BACKEND},
              {verl_cpu.STATE_DIR_ENV: str(state_dir)}),
-        # include_dashboard=False still leaves Ray's API server (dashboard.py, UsageStatsHead only, no HTTP
-        # frontend): Ray 2.60 has no switch for it (docs/verl_reference.md, "Ray's processes in a rehearsal").
-        Swap("logical GPUs", "Ray places verl's resource pools on logical GPUs and CPUs of a local cluster",
-             {"ray_kwargs.ray_init.num_gpus": logical_gpus(cfg), "ray_kwargs.ray_init.num_cpus": 16,
-              "ray_kwargs.ray_init.include_dashboard": False}),
+        logical_gpus_swap(cfg),
         Swap("sizes", "one storage unit, one reward worker, no dataloader workers: 2 cores",
              {"transfer_queue.backend.SimpleStorage.num_data_storage_units": 1, "reward.num_workers": 1,
               "data.dataloader_num_workers": 0}),
     ]
+
+
+def logical_gpus_swap(cfg: DictConfig) -> Swap:
+    """Ray's GPUs on a CPU: declared to verl's own local Ray, or (``backend.ray_address`` set) by the nodes of the
+    cluster it joins (``ray start --num-gpus=N``; Ray refuses ``num_gpus`` from a driver that joins)."""
+    if OmegaConf.select(cfg, "backend.ray_address", default=None):
+        return Swap("logical GPUs", "Ray places verl's resource pools on the logical GPUs that the nodes of the cluster "
+                    "at backend.ray_address declared (ray start --num-gpus; docs/multinode.md)")
+    # include_dashboard=False still leaves Ray's API server (dashboard.py, UsageStatsHead only, no HTTP
+    # frontend): Ray 2.60 has no switch for it (docs/verl_reference.md, "Ray's processes in a rehearsal").
+    return Swap("logical GPUs", "Ray places verl's resource pools on logical GPUs and CPUs of a local cluster",
+                {"ray_kwargs.ray_init.num_gpus": logical_gpus(cfg), "ray_kwargs.ray_init.num_cpus": 16,
+                 "ray_kwargs.ray_init.include_dashboard": False})
 
 
 def apply(overrides: list[str], cfg: DictConfig, state_dir: Path) -> list[str]:
