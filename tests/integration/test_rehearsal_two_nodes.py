@@ -137,7 +137,7 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
                                     text=True, timeout=120)
             line = [x for x in actors.stdout.splitlines() if x.startswith("ACTORS ")]
             actor_nodes = json.loads(line[-1][7:]) if line else {"<no answer>": [actors.stderr[-2000:]]}
-    except RuntimeError as err:  # a node that outlived SIGKILL (two_node_ray.stop)
+    except RuntimeError as err:  # a node that outlived SIGKILL (slurm_ray.stop_node)
         left.append(str(err))
     finally:
         if ray_dir.exists():
