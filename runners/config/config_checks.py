@@ -21,12 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 from runners.config import CONF_DIR, schema
 from runners.config.config_error import ConfigError
 
-#: Keys that may change between attempts of one run without making it a different run.
-#: (Where live curves go, ``backend.logger``/``backend.project_name``, may change too: it changes no number;
-#: so may the capacity plan's inputs, ``gpu`` and ``backend.capacity``: the plan is made anew at every launch
-#: and nothing trains on them.) Each key covers the keys under it.
-RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run", "backend.logger", "backend.project_name",
-                                     "gpu", "backend.capacity"})
 #: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 #: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.

@@ -3,7 +3,8 @@
 :func:`plan` (reads only; run before any compute) compares the folder with the new config:
 
 - ``new``: no ``config.yaml`` yet;
-- ``resume``: the same config, apart from ``RESUME_INSENSITIVE_KEYS`` (each with the keys under it) and
+- ``resume``: the same config, apart from the inert keys (``runners.run.peer_keys.INERT_KEYS``, the one list the
+  report reads too: where the folder is, the cache, checkpoint retention, trackers; each with the keys under it) and
   keys added after the folder was written that hold what its run did (``runners.config.config_history``):
   the run continues from its
   newest checkpoint (or is left as it is when finished);
@@ -40,7 +41,7 @@ from omegaconf import OmegaConf
 
 from runners.config.config_error import ConfigError
 from runners.config.config_history import ADDED_KEYS, with_added_keys
-from runners.run.peer_keys import under
+from runners.run.peer_keys import INERT_KEYS, under
 from runners.run.provenance import config_sha256
 from runners.run.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
 from runners.run.run_record import (
@@ -91,7 +92,7 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
     return None
 
 
-def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
+def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str] = INERT_KEYS) -> str:
     """``new``, ``resume``, ``extend`` or ``reuse_empty`` (see the module docstring); else ConfigError."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
