@@ -16,7 +16,10 @@
 - anything else raises :class:`~runners.config.config_error.ConfigError` naming the keys that differ; nothing
   is changed.
 
-Before comparing, a folder holding completed steps must hold the ``config.yaml`` its run wrote: one
+First, a folder whose ``metrics.json`` is damaged (not a readable record:
+``runners.run.run_record.record_damage``) is refused, naming the one command that moves the record aside;
+the launch after it starts the run again (the embedded backend moves the checkpoints that no record covers to
+``checkpoints/superseded/``). Before comparing, a folder holding completed steps must hold the ``config.yaml`` its run wrote: one
 whose sha256 is not the ``config_sha256`` that ``metrics.json`` records was edited afterwards, and
 the launch is refused naming the file (``runners.run.run_record.config_edited``), whatever it asks for.
 
@@ -47,6 +50,7 @@ from runners.run.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, M
 from runners.run.run_record import (
     atomic_write_text,
     config_edited,
+    damaged_record_refusal,
     record_config_sha256,
     remove_stale_temp_files,
 )
@@ -94,6 +98,9 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
 
 def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str] = INERT_KEYS) -> str:
     """``new``, ``resume``, ``extend`` or ``reuse_empty`` (see the module docstring); else ConfigError."""
+    refusal = damaged_record_refusal(run_dir)  # refused once, naming the command that moves it aside
+    if refusal is not None:
+        raise ConfigError(refusal)
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         return "new"

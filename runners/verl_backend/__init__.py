@@ -43,7 +43,8 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
     """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``).
 
     ``config_sha256`` (passed by ``runners/launch.py``) is not needed here: ingestion hashes the
-    ``config.yaml`` the launcher wrote into ``run_dir``.
+    ``config.yaml`` written into ``run_dir`` when the dry run or the attempt starts
+    (``runners.run.run_folder.write_config``; a launch that fails before changes nothing).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -52,8 +53,12 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
     if is_rehearsal(cfg):
         rehearsal.prepare_assets(cfg)
     if cfg.backend.dry_run:
+        from omegaconf import OmegaConf
+
+        from runners.run.run_folder import write_config
         from runners.verl_backend.dry_run import dry_run
 
+        write_config(run_dir, OmegaConf.to_yaml(cfg, resolve=True))  # the dry run starts
         report = dry_run(cfg, run_dir)
         newer = ", ".join(f"{r['key']} ({r['status']})" for r in report["newer_keys"]) or "none"
         log.info("dry run of %s passed against verl %s; keys of newer verl: %s; files in %s",
