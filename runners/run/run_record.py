@@ -224,8 +224,8 @@ class RunRecord:
 # -- a damaged record ---------------------------------------------------------------------------
 def record_damage(run_dir: Path) -> str | None:
     """Why ``run_dir``'s ``metrics.json`` cannot be continued (a phrase), or None when it is absent or readable as
-    a record: not JSON, not an object, another ``schema_version``, or without its ``run`` object and its ``train``
-    and ``val`` lists."""
+    a record: not JSON, not an object, another ``schema_version``, without its ``run`` object, or ``train`` / ``val``
+    rows that are not lists."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return None
@@ -237,9 +237,10 @@ def record_damage(run_dir: Path) -> str | None:
         return f"not a JSON object but {type(data).__name__}"
     if data.get("schema_version") != SCHEMA_VERSION:
         return f"schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}"
-    if not isinstance(data.get("run"), dict) or not isinstance(data.get("train"), list) \
-            or not isinstance(data.get("val"), list):
-        return "without its run object and its train and val lists"
+    if not isinstance(data.get("run"), dict):
+        return "without its run object"
+    if not all(isinstance(data.get(key, []), list) for key in ("train", "val")):
+        return "its train or val rows are not a list"
     return None
 
 
