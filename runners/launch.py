@@ -104,6 +104,9 @@ def job_overrides(argv: list[str]) -> list[list[str]]:
         key = o.get_key_element()
         if multirun and o.is_sweep_override():
             axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        elif o.is_sweep_override():
+            raise ConfigError(f"{o.input_line}: several values are a sweep, which needs -m (python runners/launch.py "
+                              f"-m {o.input_line} ...); without -m a launch runs one config")
         else:
             axes.append([f"{key}={o.get_value_element_as_str()}"])
     return [list(combo) for combo in itertools.product(*axes)]
@@ -133,10 +136,25 @@ def prevalidate(argv: list[str]) -> list[Path]:
     for run_dir in jobs:
         run_lock.check_free(run_dir)
     check_parallel_jobs(argv, [cfg for _, cfg in jobs.values()])
+    check_protocol({run_dir: cfg for run_dir, (_, cfg) in jobs.items()})
     for _, cfg in jobs.values():
         validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
     warn_unlike_siblings({run_dir: cfg for run_dir, (_, cfg) in jobs.items()}, job_overrides(argv))
     return list(jobs)
+
+
+def check_protocol(jobs: dict[Path, DictConfig]) -> None:
+    """Refuse (ConfigError) a run whose evaluation protocol (``runners.run.peer_keys.PROTOCOL_KEYS``: ``eval.n``,
+    ``data.eval_sets``) differs from the runs already in its sweep folder: the report compares only runs of one
+    protocol, so it would refuse the whole sweep rather than show the run apart."""
+    for run_dir, cfg in jobs.items():
+        n, diffs = peer_keys.sibling_differences(run_dir, OmegaConf.to_container(cfg, resolve=True))
+        protocol = {k: v for k, v in diffs.items() if peer_keys.under(k, peer_keys.PROTOCOL_KEYS)}
+        if protocol:
+            what = ", ".join(f"{k}={peer_keys.text(a)} (theirs: {peer_keys.text(b)})" for k, (a, b) in protocol.items())
+            raise ConfigError(f"{what}: {run_dir.name} would differ from the {n} run(s) already in {run_dir.parent} "
+                              "in the evaluation protocol, and python -m analysis compares only runs of one protocol "
+                              "(it would refuse the whole sweep); use another sweep name (sweep=NAME)")
 
 
 def warn_unlike_siblings(jobs: dict[Path, DictConfig], overrides: list[list[str]]) -> list[str]:
@@ -284,6 +302,37 @@ def _short(err: BaseException) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+def usage() -> str:
+    """``--help``: how to launch, where results go, the exit statuses, and each config group's options (its yaml
+    files; Hydra's own help also lists the schema bases, which are no options)."""
+    from runners.config.config_checks import group_options
+
+    groups = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    lines = [
+        "python runners/launch.py [-m] [group=option ...] [key=value ...]",
+        "",
+        "  python runners/launch.py -m method=pg,tis,sc,sc_tis seed=42     the embedded default, four arms",
+        "  python runners/launch.py -m +experiment=rehearsal method=pg      the reference launch on a CPU",
+        "  python runners/launch.py -m +experiment=qwen3_4b_sc_repro method=pg,tis backend.dry_run=true",
+        "                                                                   the GPU launch's dry run and capacity plan",
+        "",
+        "-m runs every combination of comma-separated values (a sweep); without it a launch runs one config.",
+        "Each run is written to <results_root>/<sweep>/<run_name>/ (default results/embedded_default/"
+        "<method>-seed<seed>/); run the same command again to resume it, raise trainer.total_steps to extend it.",
+        "Then: python -m analysis <results_root>/<sweep>   (README.md, docs/resuming.md)",
+        "",
+        f"exit status: 0 done; {CONFIG_ERROR} config error (nothing written); {FOLDER_BUSY} run folder busy; "
+        f"{RUN_FAILED} run failed; {INTERRUPTED} Ctrl-C; {TERMINATED} SIGTERM; 1 a defect of the project",
+        "",
+        "config groups (group=option; +experiment=NAME adds an experiment):",
+        *[f"  {g}: {', '.join(group_options(g))}" for g in groups],
+        f"  hydra/launcher (with -m): {', '.join(group_options('hydra/launcher'))}",
+        "",
+        "The composed config: --cfg job; Hydra's own help: --hydra-help.",
+    ]
+    return "\n".join(lines)
+
+
 def cli(argv: list[str]) -> int:
     """Validate every job, lock their run folders, then run Hydra's ``main``; returns the exit status.
 
@@ -298,7 +347,10 @@ def cli(argv: list[str]) -> int:
     import signal
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    if any(a in ("-h", "--help", "--cfg", "-c", "--info", "-i") or a.startswith("--cfg") for a in argv):
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage())
+        return 0
+    if any(a in ("--cfg", "-c", "--info", "-i", "--hydra-help") or a.startswith("--cfg") for a in argv):
         main()
         return 0
     try:

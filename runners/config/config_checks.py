@@ -27,6 +27,11 @@ OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "mod
 SCENARIO_BACKENDS = ("local",)
 
 
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its ``conf/<group>/*.yaml`` files (not the schema bases Hydra also lists)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
 def known_methods() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
 
@@ -142,6 +147,9 @@ def check_override_keys(overrides: list[str], compose: Callable[[list[str]], Dic
                                                             if g]))))
     for (o, text), group in zip(parsed, is_group, strict=True):
         key = o.key_or_group
+        if group and not o.is_delete() and (key, o.value()) in {(g, n) for g, n, _ in schema.STORED}:
+            raise ConfigError(f"{text}: {o.value()} is the schema of the {key} group (runners/config/schema.py), "
+                              f"not an option; allowed: {', '.join(group_options(key))}")
         if group or o.is_delete() or key in known or key in OPTIONAL_KEYS:
             continue
         close = difflib.get_close_matches(key, sorted(known | OPTIONAL_KEYS), n=3, cutoff=0.6)

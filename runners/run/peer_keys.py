@@ -49,6 +49,10 @@ INERT_KEYS: frozenset[str] = frozenset({
 })
 #: The replicate axis: not pooled apart (runs differing only in it are seeds of one arm), not inert for a resume.
 REPLICATE_KEYS: frozenset[str] = frozenset({"seed"})
+#: Keys of the evaluation protocol: ``python -m analysis`` compares the runs of a sweep only when they share it
+#: (samples per problem, evaluation sets and their problems: ``analysis.load``), so a run that differs in one is
+#: not shown apart but makes the sweep unreadable; the launcher refuses it (``runners.launch.check_protocol``).
+PROTOCOL_KEYS: frozenset[str] = frozenset({"eval.n", "data.eval_sets"})
 _CONF_METHOD_DIR = Path(__file__).resolve().parent.parent / "conf" / "method"
 
 
