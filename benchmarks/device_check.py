@@ -23,9 +23,6 @@ that were loaded anyway).
 
 from __future__ import annotations
 
-#: The exit status of a GPU check on a machine where no CUDA device is visible (every GPU part skipped).
-NO_DEVICE = 3
-
 import argparse
 import datetime
 import os
@@ -45,6 +42,8 @@ import torch
 from device_measure import GIB, Budget, PartSkipped, free_memory, is_oom
 
 FORBIDDEN = ("verl", "ray", "vllm", "hydra", "omegaconf")
+#: The exit status of a GPU check on a machine where no CUDA device is visible (every GPU part skipped).
+NO_DEVICE = 3
 
 #: Sizes and per-part budgets (seconds). "gpu": Qwen3-4B's trainer micro-batch; "cpu-small": seconds on a CPU
 #: (its bf16 logits, 1024 x 20,000 = 41 MB, stay above glibc's 32 MiB mmap threshold, so the peak-RSS
