@@ -54,11 +54,14 @@ BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 #: Exit statuses of the launcher (README.md, "When something goes wrong"; 0: every run finished or resumed to its end).
 CONFIG_ERROR = 2  # ``config error: <key> ...``: refused before anything is written or computed
 FOLDER_BUSY = 3  # ``run folder busy: ...`` / ``run folder lock: ...``
+DOES_NOT_FIT = 5  # a dry run whose capacity plan does not fit (as ``python -m runners.capacity``): after every job
 RUN_FAILED = 4  # ``run failed: ...``: a run that started and stopped (:class:`runners.run.run_error.RunError`, any error)
 INTERRUPTED = 130  # ``stopped by the user (Ctrl-C) ...``: 128 + SIGINT, as a shell reports it
 TERMINATED = 143  # ``stopped by SIGTERM ...`` (a scheduler's preemption or time limit, ``timeout``, ``kill``): 128 + 15
 
 log = logging.getLogger("runners.launch")
+#: The dry runs of this process whose capacity plan does not fit, one line each (:func:`run_backend`).
+MISFITS: list[str] = []
 
 
 class Terminated(KeyboardInterrupt):
@@ -236,11 +239,15 @@ def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
     - Ctrl-C: ``stopped by the user (Ctrl-C) ...``, :data:`INTERRUPTED` (both backends record the attempt
       and the run as ``stopped``); SIGTERM the same (:class:`Terminated`), ``stopped by SIGTERM ...``,
       :data:`TERMINATED`;
+    - a dry run whose capacity plan does not fit: the run ends normally and the plan's refusal is kept for
+      :func:`cli`, which exits with :data:`DOES_NOT_FIT` after every job;
     - a :class:`~runners.config.config_error.ConfigError` only the backend can find (the verl dry run against the
       installed verl): ``config error: ...``, :data:`CONFIG_ERROR`.
     """
     try:
-        backend_module(cfg).run(cfg, run_dir, sha)
+        misfit = backend_module(cfg).run(cfg, run_dir, sha)
+        if isinstance(misfit, str):  # a dry run's plan that does not fit: the sweep's other dry runs go on
+            MISFITS.append(misfit)
     except ConfigError as err:
         say(f"config error: {_short(err)}")
         raise SystemExit(CONFIG_ERROR) from None
@@ -322,7 +329,7 @@ def usage() -> str:
         "Then: python -m analysis <results_root>/<sweep>   (README.md, docs/resuming.md)",
         "",
         f"exit status: 0 done; {CONFIG_ERROR} config error (nothing written); {FOLDER_BUSY} run folder busy; "
-        f"{RUN_FAILED} run failed; {INTERRUPTED} Ctrl-C; {TERMINATED} SIGTERM; 1 a defect of the project",
+        f"{RUN_FAILED} run failed; {DOES_NOT_FIT} a dry run's plan does not fit; {INTERRUPTED} Ctrl-C; {TERMINATED} SIGTERM; 1 a defect of the project",
         "",
         "config groups (group=option; +experiment=NAME adds an experiment):",
         *[f"  {g}: {', '.join(group_options(g))}" for g in groups],
@@ -340,7 +347,8 @@ def cli(argv: list[str]) -> int:
     (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``); 4 (:data:`RUN_FAILED`,
     from :func:`run_backend`): a run that started and failed (``run failed: ...``); 130 (:data:`INTERRUPTED`):
     Ctrl-C (``stopped by the user ...``); 143 (:data:`TERMINATED`): SIGTERM (``stopped by SIGTERM ...``), handled
-    as Ctrl-C from here on (:func:`on_sigterm`; a SLURM job's own process keeps submitit's signal handling).
+    as Ctrl-C from here on (:func:`on_sigterm`; 5 (:data:`DOES_NOT_FIT`): a dry run whose capacity plan does not
+    fit, after every job (``does not fit: ...``); a SLURM job's own process keeps submitit's signal handling).
     A closed stderr never changes the status (:func:`say`).
     Help and ``--cfg``-style queries go straight to Hydra.
     """
@@ -386,6 +394,10 @@ def _checked_main(argv: list[str]) -> int:
                 return FOLDER_BUSY
         # otherwise each job locks its folder in its own process (main)
         main()
+    if MISFITS:
+        say(f"does not fit: the capacity plan of {', '.join(MISFITS)} (each refusal logged above); a launch would be "
+            "refused before Ray starts")
+        return DOES_NOT_FIT
     return 0
 
 

@@ -145,3 +145,50 @@ def test_a_full_disk_during_a_checkpoint_save_is_enospc_naming_the_file(tmp_path
     with pytest.raises(OSError) as err:
         checkpoint.save_checkpoint(tmp_path, 2, state, keep=2)
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "checkpoints" / "step_000002.pt")
+
+
+def test_a_dry_run_whose_plan_does_not_fit_exits_5_like_the_capacity_cli(tmp_path):
+    """Issue 47: the dry run of a plan that does not fit exited 0 (``python -m runners.capacity`` exits 5)."""
+    done = subprocess.run([*LAUNCH, "+experiment=qwen3_4b_sc_repro", "gpu=rtx4090_24gb", "method=pg",
+                           f"results_root={tmp_path}", "backend.dry_run=true"],
+                          capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=400)
+    assert done.returncode == launch.DOES_NOT_FIT == 5, done.stderr[-3000:]
+    capacity_md = tmp_path / "qwen3_4b_sc_repro" / "pg-seed42" / "verl" / "dry_run" / "capacity.md"
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"does not fit: the capacity plan of pg-seed42 ({capacity_md}) (each refusal logged above); a launch would "
+        "be refused before Ray starts")
+    assert capacity_md.exists() and "Traceback" not in done.stderr
+
+
+def test_help_says_how_to_launch_where_results_go_and_the_exits():
+    done = subprocess.run([*LAUNCH, "--help"], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    assert done.returncode == 0
+    for words in ("-m runs every combination", "backend.dry_run=true", "<results_root>/<sweep>/<run_name>/",
+                  "exit status: 0 done; 2 config error", "143 SIGTERM", "  method: pg, sc, sc_tis, tis"):
+        assert words in done.stdout, words
+    assert "base_method" not in done.stdout and "base_config" not in done.stdout
+
+
+@pytest.mark.parametrize("override,wanted", [
+    ("method=pg,sc", "config error: method=pg,sc: several values are a sweep, which needs -m"),
+    ("method=base_method", "config error: method=base_method: base_method is the schema of the method group"),
+])
+def test_a_sweep_without_m_and_a_schema_base_are_one_line(tmp_path, override, wanted):
+    done = subprocess.run([*LAUNCH, override, f"results_root={tmp_path / 'r'}"], capture_output=True, text=True,
+                          cwd=ROOT, env=ENV, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith(wanted), done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_of_another_evaluation_protocol_is_refused_not_promised_apart(tmp_path):
+    small = ["trainer.total_steps=2", "trainer.prompts_per_step=4", "trainer.n=2", "backend.micro_batch_size=8",
+             "trainer.test_freq=2", "trainer.save_freq=2", "backend.threads=1", f"results_root={tmp_path}"]
+    first = subprocess.run([*LAUNCH, *small, "eval.n=1"], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr
+    other = subprocess.run([*LAUNCH, *small, "eval.n=2", "method=tis"], capture_output=True, text=True, cwd=ROOT,
+                           env=ENV, timeout=300)
+    assert other.returncode == 2 and other.stderr.startswith("config error: eval.n=2 (theirs: 1): tis-seed42 would "
+                                                             "differ"), other.stderr
+    assert sorted(p.name for p in (tmp_path / "embedded_default").iterdir()) == [".pg-seed42.lock", "pg-seed42"]
