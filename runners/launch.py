@@ -347,14 +347,21 @@ def cli(argv: list[str]) -> int:
     (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``); 4 (:data:`RUN_FAILED`,
     from :func:`run_backend`): a run that started and failed (``run failed: ...``); 130 (:data:`INTERRUPTED`):
     Ctrl-C (``stopped by the user ...``); 143 (:data:`TERMINATED`): SIGTERM (``stopped by SIGTERM ...``), handled
-    as Ctrl-C from here on (:func:`on_sigterm`; 5 (:data:`DOES_NOT_FIT`): a dry run whose capacity plan does not
-    fit, after every job (``does not fit: ...``); a SLURM job's own process keeps submitit's signal handling).
-    A closed stderr never changes the status (:func:`say`).
-    Help and ``--cfg``-style queries go straight to Hydra.
+    as Ctrl-C while this call runs (:func:`on_sigterm`; a SLURM job's own process keeps submitit's signal
+    handling); 5 (:data:`DOES_NOT_FIT`): a dry run whose capacity plan does not fit, after every job
+    (``does not fit: ...``). A closed stderr never changes the status (:func:`say`).
+    ``--help`` prints :func:`usage`; ``--cfg``-style queries go straight to Hydra.
     """
     import signal
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return _cli(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # a caller in this process (a test) gets its own handler back
+
+
+def _cli(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(usage())
         return 0
@@ -372,6 +379,7 @@ def cli(argv: list[str]) -> int:
 
 
 def _checked_main(argv: list[str]) -> int:
+    MISFITS.clear()
     try:
         run_dirs = prevalidate(argv)
         in_process = jobs_run_in_this_process(argv)
