@@ -26,6 +26,7 @@ from runners import launch
 from runners.config import CONF_DIR
 from runners.local import backend as local_backend
 from runners.local.backend import LocalRun
+from runners.run.contract_check import check_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -95,6 +96,7 @@ def test_a_record_moved_away_restarts_from_what_the_folder_proves(finished_run, 
     assert "moved to" in (run / "run.log").read_text()
     assert (run / "checkpoints" / "superseded" / "step_000002.pt").exists()
     assert (run / "checkpoints" / "step_000002.pt").exists()  # the new attempt's own
+    assert check_run_dir(run) == []
 
 
 def test_an_extension_that_fails_before_its_attempt_leaves_config_yaml(finished_run, tmp_path, monkeypatch):
