@@ -48,10 +48,17 @@ def test_a_name_that_is_not_one_folder_is_named(value):
             check_names(*args)
 
 
-@pytest.mark.parametrize("value", ["pg-seed1", "seeds", "kv4_sync", "a.b", "..x", "x..", "run name"])
+@pytest.mark.parametrize("value", ["pg-seed1", "seeds", "kv4_sync", "a.b", "x..", "run name"])
 def test_ordinary_names_pass(value):
     assert name_problem(value) is None
     check_names("results", value, value)
+
+
+@pytest.mark.parametrize("value", [".hidden", "..x", "report"])
+def test_a_run_name_the_report_would_skip_or_overwrite_is_refused(value):
+    check_names("results", value, "pg-seed1")  # a sweep may be so named
+    with pytest.raises(ConfigError, match=r"^run_name=.*sweep folder"):
+        check_names("results", "s", value)
 
 
 @pytest.mark.parametrize("override,key", [
@@ -98,3 +105,10 @@ def test_a_copied_results_folder_resumes_and_extends(tmp_path):
     record = json.loads((run / "metrics.json").read_text())
     assert record["run"]["last_step"] == 4 and record["run"]["status"] == "finished"
     assert json.loads((first / "embedded_default" / "pg-seed42" / "metrics.json").read_text())["run"]["last_step"] == 2
+
+
+def test_the_report_folder_name_is_the_analysis_own():
+    from analysis.load import REPORT_DIR
+    from runners.config import run_names
+
+    assert run_names.REPORT_DIR == REPORT_DIR

@@ -7,7 +7,9 @@ the key, before anything is written:
 
 - ``results_root`` empty (it would be the current folder without saying so);
 - ``sweep`` or ``run_name`` empty, ``.`` or ``..``, absolute, holding a path separator (``/``, ``\\``) or a NUL,
-  or any other value whose folder is not a child of the folder above it.
+  or any other value whose folder is not a child of the folder above it;
+- ``run_name`` hidden (``.x``: the report skips hidden folders, the locks are ``.<run>.lock``) or ``report``
+  (the report's own folder in the sweep).
 
 Every entry point reaches it: the launcher (:func:`run_dir`, used by ``runners.validate.run_dir_of`` before
 any job starts and again in each job, SLURM and ``hydra/launcher=parallel`` jobs included) and the capacity CLI
@@ -24,6 +26,8 @@ from runners.config.config_error import ConfigError
 
 #: The keys naming a folder level under ``results_root``, outermost first.
 NAME_KEYS = ("sweep", "run_name")
+#: The folder ``python -m analysis`` writes into a sweep folder (``analysis.report``): no run may be named so.
+REPORT_DIR = "report"
 _EXAMPLES = {"sweep": "sweep=seeds", "run_name": "run_name=pg-seed1"}
 
 
@@ -51,6 +55,9 @@ def check_names(results_root: Any, sweep: Any, run_name: Any) -> None:
                           "set results_root=<a folder> (default: results)")
     for key, value in zip(NAME_KEYS, (sweep, run_name), strict=True):
         problem = name_problem(value)
+        if problem is None and key == "run_name" and (str(value).startswith(".") or str(value) == REPORT_DIR):
+            problem = (f"{value!s} is {'hidden' if str(value).startswith('.') else 'the report'} in the sweep folder "
+                       "(python -m analysis skips hidden folders and writes its report/ there)")
         if problem is not None:
             raise ConfigError(f"{key}={'' if value is None else value!s}: {problem}; {key} is one folder name inside "
                               f"results_root ({results_root}), without '/', not '.' or '..', not empty "
