@@ -112,3 +112,14 @@ def test_the_report_folder_name_is_the_analysis_own():
     from runners.config import run_names
 
     assert run_names.REPORT_DIR == REPORT_DIR
+
+
+def test_presets_take_the_arm_and_refuse_other_overrides(capsys):
+    """Issue 47: ``--presets method=pg`` ignored the override silently."""
+    assert capacity_main(["--presets", "method=pg"]) == 0
+    pg = capsys.readouterr().out
+    assert capacity_main(["--presets"]) == 0
+    assert capsys.readouterr().out != pg  # PG's plans are smaller than SC+TIS's
+    assert capacity_main(["--presets", "gpu=h100_80gb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: --presets plans the presets' own configs and takes only method=NAME")
