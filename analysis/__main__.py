@@ -13,6 +13,9 @@ from analysis.progress import PROGRESS_MIN_RUNS, Progress
 from analysis.report import DEFAULT_KS, parse_checkpoints, write_report
 from analysis.stats import N_BOOT, SEED
 
+#: The fewest bootstrap resamples ``--n-boot`` accepts: 40 puts one resample beyond each 2.5% tail.
+MIN_N_BOOT = 40
+
 
 def _ks(text: str) -> list[int]:
     try:
@@ -24,8 +27,26 @@ def _ks(text: str) -> list[int]:
     return ks
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and status 2, not argparse's usage block
+        print(f"error: {self.prog}: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _n_boot(text: str) -> int:
+    """``--n-boot``: a whole number of bootstrap resamples, at least :data:`MIN_N_BOOT`."""
+    try:
+        n = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from e
+    if n < MIN_N_BOOT:
+        raise argparse.ArgumentTypeError(f"must be >= {MIN_N_BOOT} (a 95% interval needs resamples beyond "
+                                         f"each tail), got {n}")
+    return n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m analysis",
         description="Turn a sweep of run directories into mean@k comparison tables with error bars, "
                     "paired tests, pass@k and curves (written to SWEEP_DIR/report/ unless --out).")
@@ -36,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k", type=_ks, default=list(DEFAULT_KS),
                         help="k values of pass@k, comma-separated (default 1,2,4,8; k above the samples per "
                              "problem are skipped)")
-    parser.add_argument("--n-boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    parser.add_argument("--n-boot", type=_n_boot, default=N_BOOT,
+                        help=f"bootstrap resamples (default {N_BOOT}; at least {MIN_N_BOOT})")
     parser.add_argument("--seed", type=int, default=SEED, help=f"seed of resampling and permutations (default {SEED})")
     parser.add_argument("--control", default=None, metavar="ARM",
                         help="the arm the planned comparisons are against (each arm - ARM, Holm-adjusted); "

@@ -70,7 +70,8 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
 
     Raises ValueError when a sweep's evaluation problems differ from the reference's, an arm was scored
     with other evaluation keys (``eval.*``, e.g. ``eval.numerics``; unless ``allow_scoring_mismatch``) or
-    has fewer than 2 seeds (the between-seed variance cannot be estimated).
+    the reference has fewer than 2 seeds (the between-seed variance cannot be estimated). An arm with fewer than 2
+    seeds is left out, and named in ``table.attrs["skipped"]`` (one line each); the other arms are compared.
     """
     ref_arms = arm_scores(reference, checkpoint_steps(reference, [checkpoint]))
     if reference_method not in ref_arms:
@@ -80,6 +81,7 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
     ref_scoring = scoring(reference, ref_runs)
     labels = set_labels(reference)
     rows = []
+    skipped: list[str] = []
     for sweep in sweeps:
         if _problems(sweep) != _problems(reference):
             raise ValueError(f"{sweep.root} and {reference.root} evaluate different problems: not comparable")
@@ -87,9 +89,13 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
             if sweep.root == reference.root and method == reference_method:
                 continue  # the reference against itself
             _scored_alike(ref_scoring, scoring(sweep, runs), f"{sweep.root}:{method}", allow_scoring_mismatch)
-            if len(runs) < 2 or len(ref_runs) < 2:
-                raise ValueError(f"{sweep.root}:{method} has {len(runs)} seed(s), the reference {len(ref_runs)}: "
-                                 "two or more are needed for the between-seed variance")
+            if len(ref_runs) < 2:
+                raise ValueError(f"the reference {reference.root}:{reference_method} has {len(ref_runs)} seed(s): two "
+                                 "or more are needed for the between-seed variance")
+            if len(runs) < 2:  # this arm only: the others are still compared
+                skipped.append(f"{sweep.root}:{method} has {len(runs)} seed(s): two or more are needed for the "
+                               "between-seed variance; left out")
+                continue
             design = (arm_design(sweep, runs, reference, ref_runs) if sweep.root == reference.root
                       else unpaired_design(len(runs), len(ref_runs), "runs of different sweeps"))
             t = compare(y, y_ref, design, reference.set_slices)
@@ -106,7 +112,9 @@ def cross_table(reference: Sweep, reference_method: str, sweeps: Sequence[Sweep]
                              "ci_low": t["ci_low"][j], "ci_high": t["ci_high"][j], "p_value": t["p_value"][j],
                              "df": t["df"][j], "mde80": mde[j],
                              "test": PAIRED_TWO_LEVEL if design.paired else TWO_LEVEL, "pairs": design.pairs})
-    return pd.DataFrame(rows, columns=CROSS_COLUMNS)
+    table = pd.DataFrame(rows, columns=CROSS_COLUMNS)
+    table.attrs["skipped"] = skipped
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,6 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                             args.allow_scoring_mismatch)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in table.attrs.get("skipped", []):
+        print(f"warning: {line}", file=sys.stderr)
+    if table.empty:
+        print("error: no arm to compare with the reference (each is left out above)", file=sys.stderr)
         return 2
     if args.out:
         try:

@@ -267,10 +267,12 @@ def _seed_note(sweep: Sweep) -> str:
     return text
 
 
-def _comparison_section(report: Report, label: str) -> list[str]:
-    sweep, comp = report.sweep, report.comparison
+def comparison_cells(report: Report, label: str) -> tuple[dict[str, dict[str, str]], dict[str, object]]:
+    """The cells of ``comparison.md``'s table at checkpoint ``label``, ``{run: {data_source: cell}}``, and each
+    run's step: a run's cell is ``mean ± se [ci]``, a mean of seeds' ``**mean ± sd sd** [ci]`` (the seeds' standard
+    deviation). The notebook (``results/review.ipynb``) shows these same cells."""
+    comp = report.comparison
     c = comp[comp["checkpoint"] == label]
-    sets = [*sweep.sets, AVG]
     sds = c[c["seed"].notna()].groupby(["method", "data_source"])["mean_at_k"].std(ddof=1)  # the seeds' spread
     cells: dict[str, dict[str, str]] = {}
     steps: dict[str, object] = {}
@@ -281,6 +283,13 @@ def _comparison_section(report: Report, label: str) -> list[str]:
             cell = f"{_f(r.mean_at_k)} ± {_f(r.se)} "
         cells.setdefault(r.run, {})[r.data_source] = cell + f"[{_f(r.ci_low)}, {_f(r.ci_high)}]"
         steps.setdefault(r.run, r.step)
+    return cells, steps
+
+
+def _comparison_section(report: Report, label: str) -> list[str]:
+    sweep = report.sweep
+    sets = [*sweep.sets, AVG]
+    cells, steps = comparison_cells(report, label)
     rows = [[_run_cell(sweep, run), "—" if pd.isna(steps[run]) else str(int(steps[run])),
              *[by_set[ds] for ds in sets]] for run, by_set in cells.items()]
     title = f"## mean@{sweep.k} at the `{label}` checkpoint"

@@ -15,7 +15,8 @@ written to ``DIR/device_check.json`` and ``DIR/device_check.md`` after each one 
 A part that cannot run (no CUDA, an estimate above ``--limit-gib``, out of memory, its budget spent)
 is recorded with the reason and the next part runs. Exit status: 0 when every part ran or was
 skipped for a stated reason, 1 when a part failed with an unexpected error (its traceback is in the
-JSON). Imports: the standard library, torch, transformers (in ``device_model``), and the project's
+JSON), 3 when no CUDA device is visible without ``--cpu-small`` (the GPU parts are skipped, so nothing was
+checked: a machine whose GPU is hidden does not pass). Imports: the standard library, torch, transformers (in ``device_model``), and the project's
 torch-only modules; never verl, Ray, vLLM, Hydra or OmegaConf (``meta.loaded_forbidden`` lists any
 that were loaded anyway).
 """
@@ -41,6 +42,8 @@ import torch
 from device_measure import GIB, Budget, PartSkipped, free_memory, is_oom
 
 FORBIDDEN = ("verl", "ray", "vllm", "hydra", "omegaconf")
+#: The exit status of a GPU check on a machine where no CUDA device is visible (every GPU part skipped).
+NO_DEVICE = 3
 
 #: Sizes and per-part budgets (seconds). "gpu": Qwen3-4B's trainer micro-batch; "cpu-small": seconds on a CPU
 #: (its bf16 logits, 1024 x 20,000 = 41 MB, stay above glibc's 32 MiB mmap threshold, so the peak-RSS
@@ -169,7 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     print(device_report.markdown(report))
     print(f"device_check: wrote {args.out / device_report.JSON_NAME} and {args.out / device_report.MARKDOWN_NAME}",
           file=sys.stderr)
-    return 1 if any(part["status"] == "failed" for part in report["parts"].values()) else 0
+    if any(part["status"] == "failed" for part in report["parts"].values()):
+        return 1
+    if not args.cpu_small and not cuda:  # the GPU check measured nothing: not a pass
+        print(f"device_check: no CUDA device is visible (torch.cuda.is_available() is False; CUDA_VISIBLE_DEVICES="
+              f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): no GPU part ran; exit {NO_DEVICE}",
+              file=sys.stderr)
+        return NO_DEVICE
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 # DEVICE_CHECK_LIMIT_S (470 s) in any case, so one call ends within 8 minutes; the outputs are
 # rewritten after every part, so a stopped check still leaves the parts it finished.
 # Exit status: the Python side's (0: every part ran or was skipped with a reason; 1: a part failed; 2: OUT
-# cannot be written, before any part runs),
+# cannot be written, before any part runs; 3: no CUDA device is visible, so no GPU part ran),
 # 124 or 137 when stopped by the timeout. What each part measures: docs/device_check.md.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

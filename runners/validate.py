@@ -19,13 +19,13 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from runners.config.config_checks import (
-    RESUME_INSENSITIVE_KEYS,
     backend_module,
     check_arm,
     check_rules,
     check_schema,
 )
 from runners.config.config_error import ConfigError
+from runners.config.run_names import run_dir
 from runners.local.trackers import check_loggers
 from runners.run.run_folder import plan
 
@@ -39,7 +39,7 @@ def check_trackers(cfg: DictConfig) -> None:
 def check_existing_config(run_dir: Path, config_yaml: str) -> str:
     """What a launch may do with ``run_dir`` (``runners.run.run_folder.plan``): ``new``, ``resume``,
     ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises."""
-    return plan(run_dir, config_yaml, RESUME_INSENSITIVE_KEYS)
+    return plan(run_dir, config_yaml)
 
 
 def check_results_root(run_dir: Path) -> None:
@@ -76,7 +76,8 @@ def _cannot_make_folder_in(folder: Path) -> str | None:
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
-    return Path(cfg.results_root).resolve() / cfg.sweep / cfg.run_name
+    """The run's folder, its names checked as paths first (:func:`runners.config.run_names.run_dir`)."""
+    return run_dir(cfg)
 
 
 def validate(cfg: DictConfig, config_yaml: str) -> str:

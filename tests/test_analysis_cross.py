@@ -60,9 +60,27 @@ def test_mismatched_problems_and_single_seeds_are_refused(sweeps, tmp_path):
     with pytest.raises(ValueError, match="different problems"):
         cross_table(ref, "pg", [other])
     single = load_sweep(build_sweep(tmp_path / "single", methods=("pg",), seeds=(1,)))
-    with pytest.raises(ValueError, match="two or more"):
-        cross_table(ref, "pg", [single])
+    with pytest.raises(ValueError, match="the reference .* has 1 seed"):
+        cross_table(single, "pg", [ref])
     assert main([f"{ref.root}:nope", str(ref.root)]) == 2
+
+
+def test_an_arm_with_one_seed_is_left_out_and_the_rest_compared(sweeps, tmp_path, capsys):
+    """Issue 47: one arm with a single seed made the whole comparison exit 2."""
+    ref, mis = sweeps
+    mixed = build_sweep(tmp_path / "mixed", methods=("pg", "sc"), seeds=(1, 2))
+    import shutil
+
+    shutil.rmtree(mixed / "sc-seed2")
+    table = cross_table(ref, "pg", [load_sweep(mixed)])
+    assert set(table["method"]) == {"pg"}
+    assert table.attrs["skipped"] == [f"{mixed}:sc has 1 seed(s): two or more are needed for the between-seed "
+                                      "variance; left out"]
+    assert main([f"{ref.root}:pg", str(mixed)]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == f"warning: {table.attrs['skipped'][0]}"
+    single = build_sweep(tmp_path / "single", methods=("pg",), seeds=(1,))
+    assert main([f"{ref.root}:pg", str(single)]) == 2  # nothing left to compare
 
 
 def _score_with(sweep_dir, numerics: str) -> None:

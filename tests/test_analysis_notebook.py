@@ -42,3 +42,32 @@ def test_review_notebook_text_names_the_tests_in_use_and_reads_the_verdict_colum
                    "single seed:\n  between-seed variance not estimated"):
         assert method in paired_text, method
     assert "verdict(" not in code and 'paired["verdict"]' in code
+
+
+def test_review_notebook_says_what_the_report_says_on_a_damaged_sweep(tmp_path, monkeypatch):
+    """Issue 47: on a sweep with skipped run folders the notebook listed none of them (only "N runs"), and it
+    labelled the seeds' sd of a pooled row as a standard error; now it lists each skipped folder with its reasons
+    and shows comparison.md's own cells."""
+    from analysis.load import load_sweep
+    from analysis.report import build_report, comparison_cells
+
+    sweep = build_sweep(tmp_path / "damaged", methods=("pg", "sc"), seeds=(1, 2, 3), total_steps=20,
+                        eval_every=10, sets={"a": 6, "b": 5}, k=4)
+    (sweep / "pg-seed3" / "metrics.json").write_text("{")  # cut short
+    config = sweep / "sc-seed3" / "config.yaml"
+    config.write_text(config.read_text() + "# edited\n")
+    monkeypatch.setenv("ANALYSIS_SWEEP_DIR", str(sweep))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "4 runs;" in text and "skipped 2 run folder(s)" in text, text
+    assert "  pg-seed3:\n    " in text and "  sc-seed3:\n    " in text and "config.yaml edited" in text
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    report = build_report(load_sweep(sweep), n_boot=10_000)
+    cells, _ = comparison_cells(report, "final")
+    pooled = cells["pg (mean of 2 seeds)"]["avg"]
+    assert " sd** [" in pooled and pooled in html  # the seeds' sd, labelled sd, as comparison.md prints it
+    assert cells["pg-seed1"]["avg"] in html

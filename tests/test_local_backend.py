@@ -84,7 +84,8 @@ def test_run_folder_holding_another_config_is_refused(tmp_path):
     run_dir.mkdir(parents=True)
     cfg = composed(good)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    (run_dir / "metrics.json").write_text(json.dumps({"train": [{"step": 1}]}))  # a completed step
+    record = {"schema_version": 1, "run": {}, "train": [{"step": 1}]}  # a completed step (a readable record)
+    (run_dir / "metrics.json").write_text(json.dumps(record))
     validate(good)  # same config: a resume
     validate([*good, "trainer.resume=disable"])  # resume-insensitive key
     with pytest.raises(ValueError, match=r"trainer\.lr: 0\.0002 -> 0\.001.*nothing was changed"):

@@ -59,6 +59,15 @@ def test_contract_checker_names_a_sweep_folder_instead_of_a_run(sweep_dir, capsy
     assert "is a sweep folder" in err and "sc-seed1" in err and "config.yaml missing" not in err
 
 
+def test_the_contract_checkers_hint_for_a_sweep_folder_passes_with_a_report_in_it(sweep_dir, capsys):
+    """Issue 47: the hint named ``SWEEP/*/``, which holds ``report/`` too, then reported as a failing run."""
+    assert analysis_main([str(sweep_dir), "--no-figures", "--n-boot", "100"]) == 0
+    capsys.readouterr()
+    assert contract_main([str(sweep_dir)]) == 2
+    hint = capsys.readouterr().err.strip().split("python -m runners.run.contract_check ")[1]
+    assert contract_main(hint.split()) == 0, hint
+
+
 def test_cross_checkpoint_latest_is_one_clear_line(sweep_dir):
     proc = subprocess.run([sys.executable, "-m", "analysis.cross", f"{sweep_dir}:pg", str(sweep_dir),
                            "--checkpoint", "latest"], capture_output=True, text=True)

@@ -99,7 +99,7 @@ def test_pooling_keys_are_every_key_but_the_documented_inert_ones():
             "backend.extra_overrides", "rollout.max_staleness"} <= keys
     assert not keys & {"seed", "run_name", "sweep", "results_root", "method.name", "method.tis_cap", "gpu.name"}
     assert is_pooling_key("eval.numerics")  # a key a later change adds is a pooling key at once
-    assert "seed" in INERT_KEYS
+    assert "seed" not in INERT_KEYS and not is_pooling_key("seed")  # the replicate axis: a resume keeps it
 
 
 def test_keys_a_multirun_varies_become_named_rows(tmp_path):

@@ -306,9 +306,17 @@ def test_folder_left_before_the_first_step_is_reused(tmp_path, cache_dir):
     finally:
         kill(early)
     assert not (run_dir / "metrics.json").exists()
-    assert OmegaConf.load(run_dir / "config.yaml").trainer.lr == 1e-3
+    # config.yaml is written when the attempt starts (after the warm start): the killed start left none, so any
+    # config launches there as new (issue 47)
+    assert not (run_dir / "config.yaml").exists()
+    default = composed([f"results_root={tmp_path}"])
+    assert validate.validate(default, OmegaConf.to_yaml(default, resolve=True)) == "new"
+    # an attempt killed in its step-0 evaluation leaves its config.yaml and no completed step
+    early_cfg = composed([f"results_root={tmp_path}", f"backend.cache_dir={tmp_path / 'fresh_cache'}",
+                          "model.warmstart.steps=100000", "trainer.lr=1e-3", "backend.threads=1"])
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(early_cfg, resolve=True))
 
-    default = composed([f"results_root={tmp_path}"])  # the default config is no longer blocked
+    # the default config is no longer blocked
     assert validate.validate(default, OmegaConf.to_yaml(default, resolve=True)) == "reuse_empty"
 
     later = launch(["method=pg", *small(tmp_path, cache_dir, steps=2)])

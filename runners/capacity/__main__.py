@@ -74,7 +74,8 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m runners.capacity", description=__doc__.splitlines()[0],
                      epilog=f"exit status: 0 fits; {CONFIG_ERROR} config error; {DOES_NOT_FIT} does not fit")
-    parser.add_argument("--presets", action="store_true", help="the table of the experiment presets (method=sc_tis)")
+    parser.add_argument("--presets", action="store_true",
+                        help="the table of the experiment presets (method=sc_tis; method=NAME for another arm)")
     parser.add_argument("--from-run", metavar="RUN_DIR",
                         help="replan the time of the whole experiment from a verl run's first steps")
     parser.add_argument("--steps", type=int, default=10, help="with --from-run: the first STEPS train steps (10)")
@@ -85,8 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help (0) or a bad option (2, one line printed by _Parser.error)
         return int(done.code or 0)
     try:
-        if args.presets:
-            print(preset_table())
+        if args.presets:  # the presets' own configs; of the overrides only the arm applies
+            other = [o for o in args.overrides if o.split("=", 1)[0] != "method"]
+            if other:
+                raise ConfigError(f"--presets plans the presets' own configs and takes only method=NAME; "
+                                  f"got {' '.join(other)} (plan one config with python -m runners.capacity "
+                                  f"+experiment=NAME {' '.join(other)})")
+            methods = [o.split("=", 1)[1] for o in args.overrides]
+            print(preset_table(*methods[-1:]))
             return 0
         if args.from_run:
             from runners.capacity import calibrate

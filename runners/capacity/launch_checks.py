@@ -91,11 +91,13 @@ def check(cfg: DictConfig) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from runners.config.config_checks import backend_module, check_arm, check_rules, check_schema
+    from runners.config.run_names import check_names
 
     if OmegaConf.select(cfg, "backend.name") != "verl":
         raise ConfigError(f"backend={OmegaConf.select(cfg, 'backend.name')}: the capacity plan is of a verl launch "
                           "(+experiment=qwen3_4b_sc_repro, ...); the embedded backend runs on a CPU")
     try:
+        check_names(cfg.results_root, cfg.sweep, cfg.run_name)  # names as paths, as every entry point
         check_schema(cfg)
         check_arm(cfg)
         check_rules(cfg)

@@ -7,6 +7,7 @@
 * :mod:`~runners.config.config_error` -- :class:`ConfigError`, raised by every config check;
 * :mod:`~runners.config.config_history` -- keys added to the config after run folders were written, and what a
   run without them did;
+* :mod:`~runners.config.run_names` -- names as paths: the run folder from ``results_root``, ``sweep``, ``run_name``;
 * :mod:`~runners.config.hydra_override` -- Python values <-> Hydra override strings, outside a Hydra app.
 
 The checks of a whole launch (these, the trackers, the run folder, the backend's own) are ``runners/validate.py``,

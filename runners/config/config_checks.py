@@ -22,16 +22,15 @@ from ablations.arms import ArmSpec
 from runners.config import CONF_DIR, schema
 from runners.config.config_error import ConfigError
 
-#: Keys that may change between attempts of one run without making it a different run.
-#: (Where live curves go, ``backend.logger``/``backend.project_name``, may change too: it changes no number;
-#: so may the capacity plan's inputs, ``gpu`` and ``backend.capacity``: the plan is made anew at every launch
-#: and nothing trains on them.) Each key covers the keys under it.
-RESUME_INSENSITIVE_KEYS = frozenset({"trainer.resume", "backend.dry_run", "backend.logger", "backend.project_name",
-                                     "gpu", "backend.capacity", "backend.ray_address"})
 #: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 #: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.
 SCENARIO_BACKENDS = ("local",)
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its ``conf/<group>/*.yaml`` files (not the schema bases Hydra also lists)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
 def known_methods() -> list[str]:
@@ -190,6 +189,9 @@ def check_override_keys(overrides: list[str], compose: Callable[[list[str]], Dic
                                                             if g]))))
     for (o, text), group in zip(parsed, is_group, strict=True):
         key = o.key_or_group
+        if group and not o.is_delete() and (key, o.value()) in {(g, n) for g, n, _ in schema.STORED}:
+            raise ConfigError(f"{text}: {o.value()} is the schema of the {key} group (runners/config/schema.py), "
+                              f"not an option; allowed: {', '.join(group_options(key))}")
         if group or o.is_delete() or key in known or key in OPTIONAL_KEYS:
             continue
         close = difflib.get_close_matches(key, sorted(known | OPTIONAL_KEYS), n=3, cutoff=0.6)

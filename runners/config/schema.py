@@ -194,9 +194,12 @@ class EvalConfig:
 
 @dataclass
 class RunConfig:
-    """Keys of ``conf/config.yaml`` itself (the groups are typed by their own schemas)."""
+    """Keys of ``conf/config.yaml`` itself (the groups are typed by their own schemas).
 
-    seed: int = at_least(0)
+    ``seed`` is at most 2**32 - 1: the range every generator it seeds accepts (numpy's legacy seed, verl's
+    ``data.seed``; torch's generators take ``seed + 3`` and ``seed * 1000003 + step``)."""
+
+    seed: int = between(0, 2**32 - 1, integer=True)
     sweep: str = MISSING
     results_root: str = MISSING
     run_name: str = MISSING

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from runners.config.config_error import ConfigError
-from runners.local.checkpoint import load_latest, save_checkpoint
+from runners.local.checkpoint import load_latest, save_checkpoint, supersede_after
 from runners.local.evaluate import eval_sampler_config, evaluate, val_file
 from runners.local.parallel import check_parallel_threads, threads_warning
 from runners.local.replay_buffer import Group, ReplayBuffer
@@ -41,8 +41,9 @@ from runners.local.sampler import Sampler
 from runners.local.schedule import staleness_histogram, throughput_factor
 from runners.local.trackers import RunTracker
 from runners.local.trainer import PolicyTrainer, make_batch
-from runners.run.provenance import versions
+from runners.run.provenance import config_sha256, versions
 from runners.run.run_contract import seed_fixes_record
+from runners.run.run_folder import write_config
 from runners.run.run_record import RunRecord
 from runners.tiny.arithmetic_task import prompt_token_ids
 from runners.tiny.task_by_name import build_task
@@ -148,6 +149,10 @@ class LocalRun:
 
     def restore(self) -> None:
         """Resume from the newest checkpoint, or start fresh (sampler synced to version 0)."""
+        for moved in supersede_after(self.run_dir, self.record.last_step):  # a checkpoint no record covers
+            log.warning("%s is past the record's last step (%d; %s was moved aside or lost): moved to %s, "
+                        "the run continues from the newest checkpoint the record covers", moved.name,
+                        self.record.last_step, self.record.path, moved)
         latest = load_latest(self.run_dir) if self.cfg.trainer.resume == "auto" else None
         if latest is None:
             if self.record.data["train"]:
@@ -250,6 +255,10 @@ class LocalRun:
         for stale in sorted((self.run_dir / "val").glob("**/step_*.jsonl")):  # repeat_RR/ folders too
             if int(stale.stem.split("_")[1]) > self.step:  # written by a killed attempt after its last checkpoint
                 stale.unlink()
+        # config.yaml is written when the attempt starts, not before: a launch that failed earlier changed nothing
+        config_yaml = OmegaConf.to_yaml(self.cfg, resolve=True)
+        write_config(self.run_dir, config_yaml)
+        self.record.data["run"]["config_sha256"] = config_sha256(config_yaml)  # the file the record now describes
         self.record.start_attempt(self.step)
         self.tracker = RunTracker(cfg, self.run_dir)  # backend.logger; metrics.json stays the record
         try:

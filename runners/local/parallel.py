@@ -27,13 +27,15 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def joblib_n_jobs() -> int | None:
-    """`hydra.launcher.n_jobs` when this process runs a job of Hydra's joblib launcher, else None."""
+def joblib_n_jobs(launcher: DictConfig | None = None) -> int | None:
+    """`hydra.launcher.n_jobs` of Hydra's joblib launcher, else None: of ``launcher`` (a composed
+    `hydra.launcher`, the launcher's check before any job) or, without it, of the job this process runs."""
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
-        return None
-    launcher = HydraConfig.get().launcher
+    if launcher is None:
+        if not HydraConfig.initialized():
+            return None
+        launcher = HydraConfig.get().launcher
     if "joblib" not in str(launcher.get("_target_", "")).lower():
         return None
     n_jobs = int(launcher.n_jobs)

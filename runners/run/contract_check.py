@@ -701,8 +701,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for folder in args.run_dirs:
         if sweep := _sweep_folder_runs(folder):
+            # the run folders themselves, not {folder}/*/, which holds the report/ folder too
+            runs = " ".join(str(folder / run) for run in sweep) if len(sweep) <= 4 else f"$(dirname {folder}/*/{METRICS_FILE})"
             print(f"{folder} is a sweep folder (it holds run folders such as {', '.join(sweep[:3])}), not a run folder; "
-                  f"pass the run folders: python -m runners.run.contract_check {folder}/*/", file=sys.stderr)
+                  f"pass the run folders: python -m runners.run.contract_check {runs}", file=sys.stderr)
             return 2
     failed = 0
     for run_dir in args.run_dirs:

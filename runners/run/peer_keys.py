@@ -4,13 +4,16 @@ Runs are *peers* (their scores may be pooled as seeds of one arm) only where eve
 their ``config.yaml`` agrees. The pooling keys are every key of the record, found generically (a key
 a new config group adds is one at once), minus two explicit lists:
 
-- :data:`INERT_KEYS` -- keys that cannot change a result: the seed (the replicate axis itself), where
-  the run is written (``results_root``, ``sweep``, ``run_name``), whether a launch resumes or only
-  dry-runs, where live curves go (``backend.logger``, ``backend.project_name``), how many checkpoints
-  are kept and how often verl's logs are merged, where warm-started bases are cached, the interpreter
-  that runs verl, and the capacity plan's inputs (``gpu``, ``backend.capacity``: checked before a
-  launch, nothing trains on them), and the Ray cluster a run joins (``backend.ray_address``: where it runs,
-  not what). A key listed here matches itself and every key under it.
+- :data:`INERT_KEYS` -- keys that cannot change a number of a run: where the run is written (``results_root``,
+  ``sweep``, ``run_name``), whether a launch resumes or only dry-runs, where live curves go (``backend.logger``,
+  ``backend.project_name``), how many checkpoints are kept and how often verl's logs are merged, where
+  warm-started bases are cached, the interpreter that runs verl, and the capacity plan's inputs (``gpu``,
+  ``backend.capacity``: checked before a launch, nothing trains on them), and the Ray cluster a run joins
+  (``backend.ray_address``: where it runs, not what). A key listed here matches itself and every key under it. It is the one list of inert keys: the launcher's resume check reads it too
+  (``runners.run.run_folder.plan``: a run resumes or extends with these keys changed, so a moved or copied
+  results folder, another cache folder or another checkpoint retention continues the run).
+- :data:`REPLICATE_KEYS` -- the seed: it changes the numbers (a resume with another seed is refused) but is the
+  replicate axis itself, so runs that differ only in it are seeds of one arm.
 - :data:`ARM_KEYS` -- the keys of an arm's declaration (``ablations/arms/``: ``method.name``,
   ``method.loss_mode``, ``method.tis_cap``, ``method.score_centering``, ``method.rollout_correction``): they differ between arms by
   design, and the arm is the comparison's own axis. ``method.top_k`` (the setup's head size) is set by
@@ -34,15 +37,22 @@ from typing import Any
 from runners.config.config_history import with_added_keys
 from runners.run.run_contract import CONFIG_FILE
 
-#: Keys (and the keys under them) that cannot change a number in the report (the module doc says why each).
+#: Keys (and the keys under them) that cannot change a number of a run (the module doc says why each): the report
+#: pools across them and a resume or an extension may change them (``runners.run.run_folder.plan``).
 INERT_KEYS: frozenset[str] = frozenset({
-    "seed", "results_root", "sweep", "run_name",
+    "results_root", "sweep", "run_name",
     "trainer.resume", "backend.dry_run",
     "backend.logger", "backend.project_name",
     "backend.keep_checkpoints", "backend.actor.max_ckpt_to_keep", "backend.actor.checkpoint_contents",
     "backend.ingest_interval_s", "backend.cache_dir", "backend.python",
     "gpu", "backend.capacity", "backend.ray_address",
 })
+#: The replicate axis: not pooled apart (runs differing only in it are seeds of one arm), not inert for a resume.
+REPLICATE_KEYS: frozenset[str] = frozenset({"seed"})
+#: Keys of the evaluation protocol: ``python -m analysis`` compares the runs of a sweep only when they share it
+#: (samples per problem, evaluation sets and their problems: ``analysis.load``), so a run that differs in one is
+#: not shown apart but makes the sweep unreadable; the launcher refuses it (``runners.launch.check_protocol``).
+PROTOCOL_KEYS: frozenset[str] = frozenset({"eval.n", "data.eval_sets"})
 
 
 def _arm_keys() -> frozenset[str]:
@@ -78,7 +88,7 @@ def under(key: str, roots: Iterable[str]) -> bool:
 
 def is_pooling_key(key: str) -> bool:
     """Whether ``key`` (dotted) can change a number in the report (not inert, not the arm's own)."""
-    return not under(key, INERT_KEYS) and not under(key, ARM_KEYS)
+    return not under(key, INERT_KEYS | REPLICATE_KEYS) and not under(key, ARM_KEYS)
 
 
 def setting(config: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 :func:`plan` (reads only; run before any compute) compares the folder with the new config:
 
 - ``new``: no ``config.yaml`` yet;
-- ``resume``: the same config, apart from ``RESUME_INSENSITIVE_KEYS`` (each with the keys under it) and
+- ``resume``: the same config, apart from the inert keys (``runners.run.peer_keys.INERT_KEYS``, the one list the
+  report reads too: where the folder is, the cache, checkpoint retention, trackers; each with the keys under it) and
   keys added after the folder was written that hold what its run did (``runners.config.config_history``):
   the run continues from its
   newest checkpoint (or is left as it is when finished);
@@ -15,7 +16,10 @@
 - anything else raises :class:`~runners.config.config_error.ConfigError` naming the keys that differ; nothing
   is changed.
 
-Before comparing, a folder holding completed steps must hold the ``config.yaml`` its run wrote: one
+First, a folder whose ``metrics.json`` is damaged (not a readable record:
+``runners.run.run_record.record_damage``) is refused, naming the one command that moves the record aside;
+the launch after it starts the run again (the embedded backend moves the checkpoints that no record covers to
+``checkpoints/superseded/``). Before comparing, a folder holding completed steps must hold the ``config.yaml`` its run wrote: one
 whose sha256 is not the ``config_sha256`` that ``metrics.json`` records was edited afterwards, and
 the launch is refused naming the file (``runners.run.run_record.config_edited``), whatever it asks for.
 
@@ -40,12 +44,13 @@ from omegaconf import OmegaConf
 
 from runners.config.config_error import ConfigError
 from runners.config.config_history import ADDED_KEYS, with_added_keys
-from runners.run.peer_keys import under
+from runners.run.peer_keys import INERT_KEYS, under
 from runners.run.provenance import config_sha256
 from runners.run.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
 from runners.run.run_record import (
     atomic_write_text,
     config_edited,
+    damaged_record_refusal,
     record_config_sha256,
     remove_stale_temp_files,
 )
@@ -91,8 +96,11 @@ def completed_steps_evidence(run_dir: Path) -> str | None:
     return None
 
 
-def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str]) -> str:
+def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str] = INERT_KEYS) -> str:
     """``new``, ``resume``, ``extend`` or ``reuse_empty`` (see the module docstring); else ConfigError."""
+    refusal = damaged_record_refusal(run_dir)  # refused once, naming the command that moves it aside
+    if refusal is not None:
+        raise ConfigError(refusal)
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         return "new"

@@ -221,6 +221,42 @@ class RunRecord:
         atomic_write_text(self.path, json.dumps(self.data, indent=1, allow_nan=False) + "\n")
 
 
+# -- a damaged record ---------------------------------------------------------------------------
+def record_damage(run_dir: Path) -> str | None:
+    """Why ``run_dir``'s ``metrics.json`` cannot be continued (a phrase), or None when it is absent or readable as
+    a record: not JSON, not an object, another ``schema_version``, without its ``run`` object, or ``train`` / ``val``
+    rows that are not lists."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
+    if not isinstance(data, dict):
+        return f"not a JSON object but {type(data).__name__}"
+    if data.get("schema_version") != SCHEMA_VERSION:
+        return f"schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+    if not isinstance(data.get("run"), dict):
+        return "without its run object"
+    if not all(isinstance(data.get(key, []), list) for key in ("train", "val")):
+        return "its train or val rows are not a list"
+    return None
+
+
+def damaged_record_refusal(run_dir: Path) -> str | None:
+    """The one line that refuses a launch on a folder whose record is damaged (:func:`record_damage`), with the
+    one command that moves the record aside, after which the same launch continues; None when undamaged."""
+    damage = record_damage(run_dir)
+    if damage is None:
+        return None
+    path = Path(run_dir) / METRICS_FILE
+    return (f"{path} is damaged ({damage}): the record of the run's steps cannot be read, so no launch continues "
+            f"it. Move it aside (mv {path} {path}.damaged); the same command then trains the run again from step "
+            "0 (the checkpoints no record covers are moved to checkpoints/superseded/, nothing is deleted). "
+            "Nothing was changed.")
+
+
 # -- config.yaml against the record -----------------------------------------------------------
 def recorded_run(run_dir: Path) -> dict[str, Any] | None:
     """The ``run`` section of ``run_dir``'s ``metrics.json``; None when the file or the section is absent or

@@ -39,11 +39,16 @@ def validate(cfg: DictConfig) -> None:
     _validate(cfg)
 
 
-def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> None:
+def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> str | None:
     """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``).
 
     ``config_sha256`` (passed by ``runners/launch.py``) is not needed here: ingestion hashes the
-    ``config.yaml`` the launcher wrote into ``run_dir``.
+    ``config.yaml`` written into ``run_dir`` when the dry run or the attempt starts
+    (``runners.run.run_folder.write_config``; a launch that fails before changes nothing).
+
+    Returns, for a dry run whose capacity plan does not fit (a GPU launch; the launch itself would be refused),
+    the run's name and its ``capacity.md`` (the refusal is logged); None otherwise. The launcher exits with status 5 then, as
+    ``python -m runners.capacity`` does.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -52,9 +57,14 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
     if is_rehearsal(cfg):
         rehearsal.prepare_assets(cfg)
     if cfg.backend.dry_run:
+        from omegaconf import OmegaConf
+
+        from runners.run.run_folder import write_config
         from runners.verl_backend.dry_run import dry_run
 
+        write_config(run_dir, OmegaConf.to_yaml(cfg, resolve=True))  # the dry run starts
         report = dry_run(cfg, run_dir)
+        misfit = None
         newer = ", ".join(f"{r['key']} ({r['status']})" for r in report["newer_keys"]) or "none"
         log.info("dry run of %s passed against verl %s; keys of newer verl: %s; files in %s",
                  cfg.run_name, report["verl_version"], newer, run_dir / "verl" / "dry_run")
@@ -71,17 +81,18 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
                      "fits" if cap["fits"] else "DOES NOT FIT", cap["step_seconds"], cap["gpu_hours_per_arm"], cap["file"])
             if cap["refusal"] and not is_rehearsal(cfg):
                 log.warning("a launch would be refused: %s", cap["refusal"])
+                misfit = f"{cfg.run_name} ({cap['file']})"
         for note in report.get("notes", []):
             log.info("note: %s", note)
         if "rehearsal" in report:
             log.info("rehearsal: %d keys differ from the reference launch, by the swaps %s; see %s",
                      len(report["rehearsal"]["difference"]), ", ".join(s["name"] for s in report["rehearsal"]["swaps"]),
                      run_dir / "verl" / "dry_run" / "rehearsal_difference.txt")
-        return
+        return misfit
     if finished(run_dir, int(cfg.trainer.total_steps)):  # same config (the launcher checked): no attempt, docs/resuming.md
         log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
                  "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
-        return
+        return None
     from runners.verl_backend import slurm_ray
     from runners.verl_backend.launch import launch
 
@@ -99,8 +110,9 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> Non
             cfg = OmegaConf.merge(cfg, {"backend": {"ray_address": address}})
             ray_cluster.check(cfg)
             launch(cfg, run_dir)
-        return
+        return None
     launch(cfg, run_dir)
+    return None
 
 
 __all__ = ["run", "validate"]

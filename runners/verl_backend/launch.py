@@ -30,12 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ablations.arms import ArmSpec
 from runners.config import is_rehearsal
 from runners.run import run_lock
 from runners.run.run_error import RunError
+from runners.run.run_folder import write_config
 from runners.verl_backend import overrides as ovr
 from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.child_process import GroupReaper, OutputFollower, stop_group
@@ -158,6 +159,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
     log.info("verl attempt %d of %s; log: %s", paths.attempt, cfg.run_name, paths.log_file)
 
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+    write_config(run_dir, OmegaConf.to_yaml(cfg, resolve=True))  # when the attempt starts: a failure before changes nothing
     proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1,
                             start_new_session=True,  # own process group: an interrupt stops verl and its Ray workers
