@@ -164,7 +164,7 @@ def test_help_says_how_to_launch_where_results_go_and_the_exits():
     done = subprocess.run([*LAUNCH, "--help"], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     assert done.returncode == 0
     for words in ("-m runs every combination", "backend.dry_run=true", "<results_root>/<sweep>/<run_name>/",
-                  "exit status: 0 done; 2 config error", "143 SIGTERM", "  method: pg, sc, sc_tis, tis"):
+                  "exit status: 0 done; 2 config error", "143 SIGTERM", "  method: pg, tis, sc, sc_tis, icepop"):
         assert words in done.stdout, words
     assert "base_method" not in done.stdout and "base_config" not in done.stdout
 

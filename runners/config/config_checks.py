@@ -29,7 +29,10 @@ SCENARIO_BACKENDS = ("local",)
 
 
 def group_options(group: str) -> list[str]:
-    """The options of a config group: its ``conf/<group>/*.yaml`` files (not the schema bases Hydra also lists)."""
+    """The options of a config group: its ``conf/<group>/*.yaml`` files (not the schema bases Hydra also lists);
+    for ``method``, the declared arms (:func:`known_methods`)."""
+    if group == "method":
+        return known_methods()
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
