@@ -13,14 +13,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ablations.arms.arm import Arm, ArmSpec, Correction, parse_is_threshold
+from ablations.arms.arm import Arm, ArmSpec, Correction, centering_rule, parse_is_threshold
 
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 #: The project's modules, listed first in this order (the table order of the user's four arms, then the field's).
 BUILTIN_MODULES = ("reference", "rollout_correction")
 
-__all__ = ["Arm", "ArmSpec", "Correction", "all_arms", "arm_modules", "arm_named", "parse_is_threshold"]
+__all__ = ["Arm", "ArmSpec", "Correction", "all_arms", "arm_modules", "arm_named", "centering_rule", "parse_is_threshold"]
 
 
 def arm_modules() -> list[str]:

@@ -148,13 +148,20 @@ class ArmSpec:
         ``r 1[lo <= r <= hi]``. Thresholds parsed by verl's own parser; sequence level is refused (as verl
         main's ``score_centering_weight_fn`` refuses it)."""
         block = self.verl_rollout_correction()
-        level = block["rollout_is"]
-        if level is None:
-            return None, None
-        if level != "token":
-            raise ValueError(f"method {self.name}: score centering composes with token-level IS only, "
-                             f"got rollout_is={level!r}")
-        return parse_is_threshold(block["rollout_is_threshold"])
+        try:
+            return centering_rule(block["rollout_is"], block["rollout_is_threshold"])
+        except ValueError as err:
+            raise ValueError(f"method {self.name}: {err}") from err
+
+
+def centering_rule(rollout_is: str | None, threshold: Any) -> tuple[float | None, tuple[float, float] | None]:
+    """The centering term's IS rule ``(cap, band)`` from verl's two keys: ``(None, None)`` without
+    ``rollout_is``; at token level the threshold by :func:`parse_is_threshold`; ValueError for another level."""
+    if rollout_is is None:
+        return None, None
+    if rollout_is != "token":
+        raise ValueError(f"score centering composes with token-level IS only, got rollout_is={rollout_is!r}")
+    return parse_is_threshold(threshold)
 
 
 def parse_is_threshold(threshold: Any) -> tuple[float | None, tuple[float, float] | None]:

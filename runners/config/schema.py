@@ -31,6 +31,8 @@ from typing import Any, Optional  # noqa: UP035 - OmegaConf reads these annotati
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
+from ablations.arms.arm import IS_LEVELS
+
 
 class SchemaError(ValueError):
     """A value outside its schema; the message names the key and the allowed values."""
@@ -102,7 +104,6 @@ def between(low: float, high: float, default: Any = MISSING, *, integer: bool = 
 
 
 DTYPES = ("float32", "bfloat16", "float16")
-IS_LEVELS = ("token", "sequence")
 WEIGHT_DTYPES = (*DTYPES, "float8_e4m3fn")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ablations.arms import parse_is_threshold
+from ablations.arms import centering_rule
 from ablations.losses import config_value
 from runners.verl_head.head_layout import dummy_head
 from runners.verl_revisions import config_facts
@@ -24,12 +24,8 @@ def is_rule_from(config: Any) -> tuple[float | None, tuple[float, float] | None]
     same the arm's loss reads, so the sampled-token weight and the correction agree.
     """
     rc = config_value(config_value(config, "policy_loss"), "rollout_correction")
-    rollout_is = config_value(rc, "rollout_is")
-    if rollout_is is None:
-        return None, None
-    if rollout_is != "token":
-        raise ValueError(f"score centering composes with token-level IS only; got rollout_is={rollout_is!r}")
-    return parse_is_threshold(config_value(rc, "rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD))
+    return centering_rule(config_value(rc, "rollout_is"),
+                          config_value(rc, "rollout_is_threshold", config_facts.DEFAULT_IS_THRESHOLD))
 
 
 def sequence_parallel_slice(ids: torch.Tensor, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
