@@ -292,8 +292,10 @@ class VerlReward:
 
 
 @dataclass
-class CapacityTime:
-    """The assumptions of the capacity plan's time estimate (``runners.capacity.timing.TimeAssumptions``)."""
+class TimeAssumptions:
+    """``backend.capacity.time``: the assumptions of the capacity plan's time estimate, one dataclass: the schema
+    here and the estimate's argument (:mod:`runners.capacity.timing`). Their values and what each means:
+    ``conf/backend/verl.yaml``."""
 
     mean_prompt_fraction: float = between(0, 1)
     mean_response_fraction: float = between(0, 1)
@@ -322,7 +324,7 @@ class VerlCapacity:
     vllm_cuda_graph_bytes: float = at_least(0, integer=False)
     disk_budget_bytes: float = positive()
     internode_bytes_per_s_per_gpu: Optional[float] = None  # noqa: UP045 - null: the GPU preset's (runners/capacity/nodes.py)
-    time: CapacityTime = field(default_factory=CapacityTime)
+    time: TimeAssumptions = field(default_factory=TimeAssumptions)
 
 
 @dataclass

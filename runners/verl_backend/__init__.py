@@ -39,12 +39,10 @@ def validate(cfg: DictConfig) -> None:
     _validate(cfg)
 
 
-def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> str | None:
-    """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``).
-
-    ``config_sha256`` (passed by ``runners/launch.py``) is not needed here: ingestion hashes the
-    ``config.yaml`` written into ``run_dir`` when the dry run or the attempt starts
-    (``runners.run.run_folder.write_config``; a launch that fails before changes nothing).
+def run(cfg: DictConfig, run_dir: Path) -> str | None:
+    """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``). The record's ``config_sha256`` is
+    the hash of the ``config.yaml`` written into ``run_dir`` when the dry run or the attempt starts (ingestion
+    reads it; ``runners.run.run_folder.write_config``; a launch that fails before changes nothing).
 
     Returns, for a dry run whose capacity plan does not fit (a GPU launch; the launch itself would be refused),
     the run's name and its ``capacity.md`` (the refusal is logged); None otherwise. The launcher exits with status 5 then, as
