@@ -15,7 +15,16 @@ A schema's field order is the order of its yaml's keys: the resolved config (``c
 run folder, whose hash names the run) is the same text as before the schema existed. Keys a code path
 reads with a default but no yaml sets (``runners.config.config_checks.OPTIONAL_KEYS``) are not fields: adding
 them stays possible (``+model.rms_norm_eps=...``) and the resolved config of a run without them keeps
-its text. A key added to a group yaml must be added to its schema (composition rejects it otherwise).
+its text.
+
+**Each key declared once.** The schema is the source of every key's name, type, allowed values and default; a
+group yaml (``conf/backend/*.yaml``, ``conf/gpu/``, ``conf/model/``, ``conf/data/``, ``conf/config.yaml``) holds the
+values and the comments a user reads. ``tests/test_config_keys.py`` holds the two together: a key in one of them
+only, or a yaml value unlike the schema's default, fails there (composition alone rejects only a yaml key the schema
+lacks). The schema keeps its defaults (the yaml repeats them, checked equal) because a config without the key
+is still checked against it: an old run folder's ``config.yaml`` (``python -m runners.capacity --from-run``) and
+an experiment's inline ``model``/``data``. The schema stays the source, not the yaml, because Hydra's ConfigStore
+and the rules need Python dataclasses, and a yaml written from them would lose its comments.
 Cross-field rules (score centering vs ``rollout.top_p``, ...) live in ``runners.validate``.
 
 :func:`register` runs on ``import runners`` (``runners/__init__.py``), so every composition through
