@@ -393,7 +393,7 @@ def _checked_main(argv: list[str]) -> int:
     except run_lock.RunFolderBusy as err:
         say(f"run folder busy: {err}")
         return FOLDER_BUSY
-    except (ValueError, HydraException, OmegaConfBaseException) as err:  # ConfigError is a ValueError
+    except (ConfigError, HydraException, OmegaConfBaseException) as err:  # a refused config; a ValueError is a defect
         say(f"config error: {_short(err)}")
         return CONFIG_ERROR
     with contextlib.ExitStack() as locks:

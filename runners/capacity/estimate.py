@@ -88,7 +88,7 @@ def known_shape(cfg: DictConfig) -> tuple[ModelShape, str] | None:
 
 
 def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
-    """:func:`known_shape`, where an unknown shape is a ``ValueError`` naming ``model.path``."""
+    """:func:`known_shape`, where an unknown shape is a :class:`ModelConfigError` (a ``ConfigError``) naming ``model.path``."""
     found = known_shape(cfg)
     if found is None:
         raise ModelConfigError(f"model.path={cfg.model.path}: no config.json to plan the launch's capacity from (not a local "

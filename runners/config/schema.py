@@ -41,9 +41,10 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from ablations.arms.arm import IS_LEVELS
+from runners.config.config_error import ConfigError
 
 
-class SchemaError(ValueError):
+class SchemaError(ConfigError):
     """A value outside its schema; the message names the key and the allowed values."""
 
 

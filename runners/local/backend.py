@@ -89,10 +89,10 @@ def validate(cfg: DictConfig) -> None:
     check_top_k_fits(int(cfg.method.top_k), vocab_size, f"model={cfg.model.name}", "runners/tiny/tokenizer.py")
     prompt_tokens = task.max_prompt_tokens(build_tokenizer())
     if r.max_prompt_length < prompt_tokens:
-        raise ValueError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
-                         f"({prompt_tokens} tokens); allowed: >= {prompt_tokens}")
+        raise ConfigError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
+                          f"({prompt_tokens} tokens); allowed: >= {prompt_tokens}")
     if r.max_response_length < task.max_response_tokens():
-        raise ValueError(
+        raise ConfigError(
             f"rollout.max_response_length={r.max_response_length} is shorter than the longest correct "
             f"response ({task.max_response_tokens()} tokens); allowed: >= {task.max_response_tokens()}"
         )

@@ -2,7 +2,7 @@
 
 Two entry points, called by ``runners/launch.py``:
 
-* :func:`validate` -- reject a config that cannot work, before any compute (``ValueError`` naming
+* :func:`validate` -- reject a config that cannot work, before any compute (:class:`~runners.config.config_error.ConfigError` naming
   the key and the allowed values; a score-centering arm on a verl without score-centering support
   fails here, naming the verl commit and the install command).
 * :func:`run` -- ``backend.dry_run=true``: write the exact command, the override list and a launch
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def validate(cfg: DictConfig) -> None:
-    """Raise ``ValueError`` if this config cannot run on the verl backend."""
+    """Raise :class:`~runners.config.config_error.ConfigError` if this config cannot run on the verl backend."""
     from runners.verl_backend.checks import validate as _validate
 
     _validate(cfg)
