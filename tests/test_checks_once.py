@@ -87,7 +87,8 @@ def test_no_refused_config_is_a_plain_value_error():
 @pytest.mark.parametrize(("overrides", "wanted"), [
     (["data.eval_sets.0.name=Upper"], r"^data\.eval_sets\[0\]\.name must be a non-empty lowercase string"),
     (["rollout.max_response_length=5"], r"^rollout\.max_response_length=5 is shorter"),
-    (["+experiment=rehearsal", "backend.placement.rollout_tensor_parallel=2"],
+    (["+experiment=rehearsal", "backend.placement.rollout_gpus_per_node=2",
+      "backend.placement.rollout_tensor_parallel=2"],
      r"^backend\.placement\.rollout_tensor_parallel=2 is not allowed on the CPU rehearsal"),
 ])
 def test_a_refusal_a_backend_finds_is_a_config_error(tmp_path, overrides, wanted):

@@ -10,6 +10,7 @@ its defaults list (``- base_verl``), so composition types every value (``tests/t
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,11 @@ def _dataclass_of(annotation: Any) -> type | None:
     return schema._inner_type(annotation)
 
 
-def _default(f: dataclasses.Field) -> Any:
+def _default(f: dataclasses.Field, annotation: Any) -> Any:
     """The schema's default of a field, or MISSING (none: the yaml alone gives the value)."""
     if f.default is not dataclasses.MISSING:
         return f.default
-    if f.default_factory is not dataclasses.MISSING and schema._list_item(f.type) is None:
+    if f.default_factory is not dataclasses.MISSING and schema._list_item(annotation) is None:
         return f.default_factory()
     return MISSING
 
@@ -56,16 +57,17 @@ def differences(node: Any, cls: type, prefix: str, skip: frozenset[str] = frozen
     if not isinstance(node, dict):
         return [f"{prefix or '(top)'}: a {type(node).__name__} where schema {cls.__name__} wants a mapping"]
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
+    types = typing.get_type_hints(cls)  # the annotations as types (a string under postponed evaluation)
     keys = {k for k in node if k != "defaults" and k not in skip}
     out = [f"{prefix}{k}: in the yaml, not in schema {cls.__name__}" for k in sorted(keys - set(fields))]
     out += [f"{prefix}{k}: in schema {cls.__name__}, not in the yaml" for k in sorted(set(fields) - keys)]
     for name in sorted(keys & set(fields)):
         f, value, key = fields[name], node[name], f"{prefix}{name}"
-        if (inner := _dataclass_of(f.type)) is not None and value is not None:
+        if (inner := _dataclass_of(types[name])) is not None and value is not None:
             out += differences(value, inner, f"{key}.")
-        elif (item := schema._list_item(f.type)) is not None:
+        elif (item := schema._list_item(types[name])) is not None:
             out += [d for i, entry in enumerate(value or []) for d in differences(entry, item, f"{key}.{i}.")]
-        elif (default := _default(f)) is not MISSING and value != default:
+        elif (default := _default(f, types[name])) is not MISSING and value != default:
             out.append(f"{key}: the yaml says {value!r}, schema {cls.__name__}'s default is {default!r}")
     return out
 
@@ -91,19 +93,20 @@ def test_every_schema_of_a_group_has_a_yaml_held_to_it():
     assert stored <= compared
 
 
+@dataclasses.dataclass
+class Inner:
+    rate: float = schema.positive()
+
+
+@dataclasses.dataclass
+class Outer:
+    name: str = "x"
+    depth: int = schema.at_least(1, 4)
+    inner: Inner = dataclasses.field(default_factory=Inner)
+
+
 def test_a_key_in_one_place_only_or_a_differing_default_is_found():
     """The controls: the comparison catches each way the two can drift apart."""
-
-    @dataclasses.dataclass
-    class Inner:
-        rate: float = schema.positive()
-
-    @dataclasses.dataclass
-    class Outer:
-        name: str = "x"
-        depth: int = schema.at_least(1, 4)
-        inner: Inner = dataclasses.field(default_factory=Inner)
-
     assert differences({"name": "x", "depth": 4, "inner": {"rate": 1.0}}, Outer, "") == []
     assert differences({"name": "x", "depth": 4, "inner": {"rate": 1.0}, "new": 1}, Outer, "") == [
         "new: in the yaml, not in schema Outer"]
