@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from runners.capacity import trainer_memory  # noqa: E402
-from runners.capacity.shapes import ModelShape  # noqa: E402
+from runners.config.model_shapes import ModelShape  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,7 +111,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from runners.capacity.shapes import PUBLISHED as SHAPES  # noqa: E402
+from runners.config.model_shapes import PUBLISHED as SHAPES  # noqa: E402
 
 ENTROPY_CHUNK = 2048  # verl's entropy_from_logits_chunk_size default
 FLASH_BLOCK_ROWS = 64  # rows per block of FlashCrossEntropyStandIn
@@ -126,7 +126,7 @@ GATHERED = ("Unsharded Param", "Unsharded Grad", "All Gather", "Reduce Scatter")
 GROUPS = {"transient": TRANSIENT, "gathered": GATHERED, "unsharded": GATHERED[:2],
           "gathered_and_transient": GATHERED + TRANSIENT}
 
-#: Published Qwen3 dense shapes by short name (``runners.capacity.shapes.PUBLISHED``, the models' config.json).
+#: Published Qwen3 dense shapes by short name (``runners.config.model_shapes.PUBLISHED``, the models' config.json).
 PUBLISHED: dict[str, dict[str, Any]] = {name.split("/", 1)[1]: {**shape.as_dict(), "rms_norm_eps": 1e-6}
                                         for name, shape in SHAPES.items()}
 _SIZE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",

@@ -39,7 +39,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from runners.capacity import rollout_memory, timing
-from runners.capacity.shapes import PUBLISHED
+from runners.config.model_shapes import PUBLISHED
 
 ROOT = Path(__file__).resolve().parents[1]
 FRACTIONS = (0.25, 0.5, 1.0)

@@ -25,10 +25,10 @@ import torch
 from device_measure import Budget, Clock, Meter, PartSkipped, check_fits, free_memory, is_oom, median
 
 from ablations.score_centering import head_log_probs
-from runners.capacity.shapes import PUBLISHED, ModelShape
+from runners.config.model_shapes import PUBLISHED, ModelShape
 
 _HF = {"max_position_embeddings": 40_960, "rms_norm_eps": 1e-6}
-#: Published shapes (``runners.capacity.shapes``, the models' config.json), and a tiny one for --cpu-small.
+#: Published shapes (``runners.config.model_shapes``, the models' config.json), and a tiny one for --cpu-small.
 SHAPES: dict[str, dict] = {
     "Qwen3-0.6B": {**PUBLISHED["Qwen/Qwen3-0.6B"].as_dict(), **_HF},
     "Qwen3-1.7B": {**PUBLISHED["Qwen/Qwen3-1.7B"].as_dict(), **_HF},
@@ -39,7 +39,7 @@ SHAPES: dict[str, dict] = {
 
 
 def parameter_count(shape: dict) -> int:
-    """Parameters of a Qwen3 decoder of this shape (:class:`runners.capacity.shapes.ModelShape`)."""
+    """Parameters of a Qwen3 decoder of this shape (:class:`runners.config.model_shapes.ModelShape`)."""
     return ModelShape.from_config(shape).parameters
 
 

@@ -115,7 +115,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_capacity.py",)),
     Mutation("capacity_count_import_broken", "benchmarks/capacity_count.py imports a module of the repository that "
              "is not there (moved): its tests must fail, not skip", "benchmarks/capacity_count.py",
-             "from runners.capacity.shapes import PUBLISHED as SHAPES", "from runners.capacity.shape import PUBLISHED as SHAPES",
+             "from runners.config.model_shapes import PUBLISHED as SHAPES", "from runners.config.model_shape import PUBLISHED as SHAPES",
              ("tests/test_capacity_count.py",)),
     Mutation("capacity_refusal_ignored", "a launch whose capacity plan does not fit is not refused",
              "runners/capacity/plan.py",

@@ -48,7 +48,6 @@ from runners.config import CONF_DIR
 from runners.config.config_checks import backend_module, check_override_keys, compose_checked
 from runners.config.config_error import ConfigError
 from runners.run import peer_keys, run_folder, run_lock
-from runners.run.provenance import config_sha256
 from runners.run.run_error import RunError
 from runners.run.run_record import damaged_record_refusal
 from runners.validate import run_dir_of, validate
@@ -232,10 +231,10 @@ def main(cfg: DictConfig) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         run_folder.prepare(run_dir, kind, config_yaml)  # config.yaml: written by the backend when its attempt starts
         log.info("run %s (%s backend) in %s", cfg.run_name, cfg.backend.name, run_dir)
-        run_backend(cfg, run_dir, config_sha256(config_yaml))
+        run_backend(cfg, run_dir)
 
 
-def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
+def run_backend(cfg: DictConfig, run_dir: Path) -> None:
     """The backend's run; every way it can stop early is one line on stderr and an exit status, past Hydra's
     traceback printer (the run folder's lock is released on the way out; a sweep stops there):
 
@@ -253,7 +252,7 @@ def run_backend(cfg: DictConfig, run_dir: Path, sha: str) -> None:
       installed verl): ``config error: ...``, :data:`CONFIG_ERROR`.
     """
     try:
-        misfit = backend_module(cfg).run(cfg, run_dir, sha)
+        misfit = backend_module(cfg).run(cfg, run_dir)
         if isinstance(misfit, str):  # a dry run's plan that does not fit: the sweep's other dry runs go on
             MISFITS.append(misfit)
     except ConfigError as err:
@@ -394,7 +393,7 @@ def _checked_main(argv: list[str]) -> int:
     except run_lock.RunFolderBusy as err:
         say(f"run folder busy: {err}")
         return FOLDER_BUSY
-    except (ValueError, HydraException, OmegaConfBaseException) as err:  # ConfigError is a ValueError
+    except (ConfigError, HydraException, OmegaConfBaseException) as err:  # a refused config; a ValueError is a defect
         say(f"config error: {_short(err)}")
         return CONFIG_ERROR
     with contextlib.ExitStack() as locks:

@@ -2,7 +2,8 @@
 allowed values:
 
 1. the config by itself (:mod:`runners.config.config_checks`): the schema, the arm, cross-field rules;
-2. the trackers of ``backend.logger`` (:func:`check_trackers`: both backends log through verl's ``Tracking``);
+2. the trackers of ``backend.logger`` (:func:`runners.local.trackers.check_loggers`: both backends log through
+   verl's ``Tracking``);
 3. the run folder (writable, not holding another run) and the backend's checks that need its own
    computation (the local task's prompt lengths; verl's composed config).
 
@@ -28,18 +29,6 @@ from runners.config.config_error import ConfigError
 from runners.config.run_names import run_dir
 from runners.local.trackers import check_loggers
 from runners.run.run_folder import plan
-
-
-def check_trackers(cfg: DictConfig) -> None:
-    """Every tracker of ``backend.logger`` is one of verl's, installed, and can start here (offline checks:
-    :func:`runners.local.trackers.check_loggers`), before anything is written."""
-    check_loggers(list(cfg.backend.logger))
-
-
-def check_existing_config(run_dir: Path, config_yaml: str) -> str:
-    """What a launch may do with ``run_dir`` (``runners.run.run_folder.plan``): ``new``, ``resume``,
-    ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises."""
-    return plan(run_dir, config_yaml)
 
 
 def check_results_root(run_dir: Path) -> None:
@@ -81,14 +70,15 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 
 def validate(cfg: DictConfig, config_yaml: str) -> str:
-    """Every check, in order; raises :class:`ConfigError` (or the backend's ValueError).
+    """Every check, in order; raises :class:`ConfigError` naming the key.
 
-    Returns what the launch may do with the run folder (:func:`check_existing_config`).
+    Returns what the launch may do with the run folder (:func:`runners.run.run_folder.plan`): ``new``,
+    ``resume``, ``extend`` or ``reuse_empty``; a folder holding completed steps of another config raises.
     """
     check_schema(cfg)
     check_arm(cfg)
     check_rules(cfg)
-    check_trackers(cfg)
+    check_loggers(list(cfg.backend.logger))  # one of verl's trackers, installed, able to start here
     check_results_root(run_dir_of(cfg))
     backend_module(cfg).validate(cfg)
-    return check_existing_config(run_dir_of(cfg), config_yaml)
+    return plan(run_dir_of(cfg), config_yaml)

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from runners.capacity import plan as capacity
 from runners.capacity import rollout_memory, timing, trainer_memory
-from runners.capacity.shapes import PUBLISHED, ModelShape, shape_of
+from runners.config.model_shapes import PUBLISHED, ModelShape, shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -134,7 +134,8 @@ def test_generation_and_training_time_by_hand():
     ta = timing.TimeAssumptions(mean_prompt_fraction=1.0, mean_response_fraction=1.0, train_mfu=0.5, prefill_mfu=0.5,
                                 decode_bandwidth_efficiency=0.5, weight_sync_bytes_per_s=1e9,
                                 head_transport_bytes_per_s=1e9, host_link_bytes_per_s=1e9,
-                                host_optimizer_params_per_s=1e9)
+                                host_optimizer_params_per_s=1e9, response_at_cap_fraction=0.0,
+                                eval_mean_response_fraction=1.0, eval_response_at_cap_fraction=0.0)
     gen = timing.generation(shape, 100, 100, 1_000, hw, ta, costs=timing.NO_ENGINE_COSTS)
     # 100 sequences at once, one wave; an iteration reads 1e9 + 100 x (100 + 500) x 1e5 = 7e9 bytes at 0.5e12 B/s
     assert gen["concurrent_sequences_per_replica"] == 100 and gen["waves"] == 1

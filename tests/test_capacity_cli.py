@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from runners.capacity import __main__ as cli
 from runners.capacity import calibrate, disk, launch_checks, timing
 from runners.capacity import plan as capacity
-from runners.capacity.shapes import PUBLISHED, ModelConfigError, ModelShape, shape_of
+from runners.config.model_shapes import PUBLISHED, ModelConfigError, ModelShape, shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = "+experiment=qwen3_4b_sc_repro"
@@ -176,7 +176,7 @@ def test_a_step_decodes_until_its_longest_response():
                          tensor_parallel=1, shared_gpu=False, weights_bytes_per_rank=1e9, kv_bytes_per_token=1e5,
                          kv_capacity_tokens=10**9, max_num_seqs=1_000,
                          intra_node_link=timing.Link("nvlink", 300e9, 3e-6))
-    ta = timing.TimeAssumptions(0.25, 0.5, 0.3, 0.5, 0.6, 1e10, 1e9, 2e10, 5e8)
+    ta = timing.TimeAssumptions(0.25, 0.5, 0.3, 0.5, 0.6, 1e10, 1e9, 2e10, 5e8, 0.0, 0.5, 0.0)
     mean_only = timing.generation(shape, 100, 100, 1_000, hw, ta)
     tail = timing.generation(shape, 100, 100, 1_000, hw, ta, longest=2_000)
     assert mean_only["decode_iterations"] == 1_000 and tail["decode_iterations"] == 2_000

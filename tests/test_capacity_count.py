@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from runners.capacity import trainer_memory
-from runners.capacity.shapes import ModelShape
+from runners.config.model_shapes import ModelShape
 
 # the repository's own file, imported plainly: a break in it fails these tests (it is no optional dependency)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -16,8 +16,8 @@ from runners.config.config_error import ConfigError
 from runners.config.config_history import with_added_keys
 from runners.run import peer_keys
 from runners.run.provenance import config_sha256
+from runners.run.run_folder import plan
 from runners.run.run_record import record_config_sha256
-from runners.validate import check_existing_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_before_eval_numerics" / "sc-seed3"
 OLD_ROOT = "/tmp/oldruns"
@@ -48,7 +48,7 @@ def test_the_fixture_predates_the_key() -> None:
 
 def test_the_same_command_is_refused_naming_the_key_and_the_value_that_continues_it(old_run: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        check_existing_config(old_run, _config_yaml(old_run.parent.parent))
+        plan(old_run, _config_yaml(old_run.parent.parent))
     text = str(err.value)
     assert "eval.numerics: 'scenario' -> 'clean'" in text
     assert "add that to continue it" in text and "eval.numerics=scenario" in text
@@ -56,8 +56,8 @@ def test_the_same_command_is_refused_naming_the_key_and_the_value_that_continues
 
 def test_it_resumes_and_extends_with_what_it_did(old_run: Path) -> None:
     root = old_run.parent.parent
-    assert check_existing_config(old_run, _config_yaml(root, "eval.numerics=scenario")) == "resume"
-    assert check_existing_config(
+    assert plan(old_run, _config_yaml(root, "eval.numerics=scenario")) == "resume"
+    assert plan(
         old_run, _config_yaml(root, "eval.numerics=scenario", "trainer.total_steps=6")) == "extend"
 
 
@@ -67,10 +67,10 @@ def test_capacity_inputs_do_not_block_a_resume(old_run: Path) -> None:
     new = yaml.safe_load(_config_yaml(old_run.parent.parent, "eval.numerics=scenario"))
     new["gpu"] = {"memory_bytes": 80e9}
     new["backend"]["capacity"] = {"disk_budget_bytes": 1e12}
-    assert check_existing_config(old_run, yaml.safe_dump(new)) == "resume"
+    assert plan(old_run, yaml.safe_dump(new)) == "resume"
     new["backend"]["lr_typo"] = 1
     with pytest.raises(ConfigError, match="backend.lr_typo"):
-        check_existing_config(old_run, yaml.safe_dump(new))
+        plan(old_run, yaml.safe_dump(new))
 
 
 def test_the_report_pools_it_with_runs_scored_as_it_was() -> None:

@@ -125,12 +125,12 @@ def test_a_seed_out_of_range_is_refused_before_anything_is_written(tmp_path):
 def test_a_failure_on_a_damaged_record_does_not_promise_a_resume(tmp_path, monkeypatch, capsys):
     (tmp_path / "metrics.json").write_text("{")
 
-    def run(cfg, run_dir, sha):
+    def run(cfg, run_dir):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(launch, "backend_module", lambda cfg: types.SimpleNamespace(run=run))
     with pytest.raises(SystemExit) as stop:
-        launch.run_backend(types.SimpleNamespace(), tmp_path, "sha")
+        launch.run_backend(types.SimpleNamespace(), tmp_path)
     assert stop.value.code == launch.RUN_FAILED
     line = one_line(capsys.readouterr().err)
     assert "resumes" not in line and f"mv {tmp_path / 'metrics.json'}" in line, line

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _backend_raising(monkeypatch, error: BaseException) -> None:
-    def run(cfg, run_dir, sha):
+    def run(cfg, run_dir):
         raise error
 
     monkeypatch.setattr(launch, "backend_module", lambda cfg: types.SimpleNamespace(run=run))
@@ -48,7 +48,7 @@ def test_each_way_a_run_stops_is_one_line_and_its_status(tmp_path, monkeypatch, 
     run_dir.mkdir()
     _backend_raising(monkeypatch, error)
     with pytest.raises(SystemExit) as stop:
-        launch.run_backend(types.SimpleNamespace(), run_dir, "sha")
+        launch.run_backend(types.SimpleNamespace(), run_dir)
     assert stop.value.code == status
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

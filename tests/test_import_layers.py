@@ -168,3 +168,15 @@ def test_the_capacity_plans_copy_of_the_head_layout_agrees():
     from runners.verl_head.head_layout import BYTES_PER_TOKEN_PER_ID
 
     assert HEAD_BYTES_PER_ID == BYTES_PER_TOKEN_PER_ID
+
+
+def test_a_models_shape_is_read_without_the_planner():
+    """The model-shape lookup lives in ``runners.config.model_shapes``, below the capacity plan: a module outside
+    ``runners.capacity`` imports the planner only for a plan (``plan``, ``estimate``), never one of its parts."""
+    plan_modules = {"runners.capacity", "runners.capacity.plan", "runners.capacity.estimate"}
+    parts = sorted(f"{name} -> {target}" for name, targets in import_graph().items()
+                   if not name.startswith("runners.capacity")
+                   for target in targets if target.startswith("runners.capacity") and target not in plan_modules)
+    assert parts == []
+    assert "runners.config.model_shapes" in import_graph()
+    assert not (ROOT / "runners" / "capacity" / "shapes.py").exists()

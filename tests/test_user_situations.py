@@ -202,5 +202,5 @@ def test_top_k_at_the_vocabulary_passes_and_an_unknown_one_is_named(tmp_path, ca
         launch.prevalidate([*common, "method.top_k=500000", "model.path=example-org/not-downloaded"])
     assert caplog.messages == ["method.top_k=500000 is not checked against the vocabulary of "
                                "model.path=example-org/not-downloaded: not a local folder, not in the Hugging Face "
-                               "cache, not in runners/capacity/shapes.py's published shapes"]
+                               "cache, not in runners/config/model_shapes.py's published shapes"]
     assert not results.exists()

@@ -412,8 +412,10 @@ def test_validate_requires_data_files_for_a_real_launch(tmp_path):
 
 @pytest.mark.parametrize("arm", SC_ARMS)
 def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm, monkeypatch):
-    """A verl without something the arm's transport relies on: validation and the launch stop before verl
-    starts, naming what is missing and both ways to get a verl that carries the head."""
+    """A verl without something the arm's transport relies on: the backend's validation and the launcher's
+    (``runners.validate``, which runs again under the run folder's lock right before the attempt) stop before
+    verl starts, naming what is missing and both ways to get a verl that carries the head."""
+    from runners import validate
     cfg = project_cfg(tmp_path, method=arm)
     write_data(cfg)
     if installed.transport() is installed.PROJECT_TRANSPORT:
@@ -425,7 +427,7 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
         lacking = "a_name_verl_never_had"
     installed.check.cache_clear()
     try:
-        for step in (verl_backend.validate, lambda c: verl_backend.run(c, run_dir_of(c))):
+        for step in (verl_backend.validate, lambda c: validate.validate(c, OmegaConf.to_yaml(c, resolve=True))):
             monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("verl was started"))
             with pytest.raises(installed.ScoreCenteringUnsupported) as err:
                 step(cfg)
@@ -434,6 +436,30 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
     finally:
         installed.check.cache_clear()
     assert not run_files.attempts(run_dir_of(cfg))
+
+
+def test_installed_verl_is_checked_once_per_launch(tmp_path, monkeypatch):
+    """``installed.require`` runs in the launch's validation only (``runners.verl_backend.checks``), not again
+    when the attempt starts: the attempt goes on to start verl without asking the installed verl again."""
+    from runners import validate
+
+    cfg = project_cfg(tmp_path, method="sc_tis")
+    write_data(cfg)
+    calls: list[str] = []
+    monkeypatch.setattr(installed, "require", lambda what="an SC arm": calls.append(what))
+    validate.validate(cfg, OmegaConf.to_yaml(cfg, resolve=True))
+    assert calls == ["method=sc_tis (score centering)"]
+
+    class VerlStarted(Exception):
+        pass
+
+    def popen(*args, **kwargs):
+        raise VerlStarted
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    with pytest.raises(VerlStarted):
+        verl_backend.run(cfg, run_dir_of(cfg))
+    assert calls == ["method=sc_tis (score centering)"]  # the attempt did not ask again
 
 
 @pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")

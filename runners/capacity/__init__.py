@@ -1,6 +1,6 @@
 """The capacity plan of a verl launch: GPU memory per trainer and rollout GPU, time and GPU-hours per arm.
 
-Closed-form estimates from the model's shape (:mod:`~runners.capacity.shapes`), the GPU's datasheet
+Closed-form estimates from the model's shape (:mod:`~runners.config.model_shapes`), the GPU's datasheet
 (``conf/gpu/``) and the resolved launch config, term by term, so a user reads before renting whether a
 launch fits and what it costs, and a launch that cannot fit is refused before Ray starts:
 
@@ -21,8 +21,9 @@ launch fits and what it costs, and a launch that cannot fit is refused before Ra
 * :mod:`~runners.capacity.calibrate` -- the time replanned from a verl run's first steps (``--from-run``): verl
   0.9.1's V1 timers, the decode speed fitted, never a budget below the measurement.
 
-``shapes``, ``trainer``, ``rollout`` and ``timing`` import nothing but the standard library, so the
-device check runs them on a machine with torch alone (``benchmarks/device_capacity.py``); ``plan`` reads
-an OmegaConf config. What each term counts and how well it matches torch's own accounting:
+``trainer_memory`` and ``rollout_memory`` (with :mod:`runners.config.model_shapes`) import nothing but the
+standard library, so the device check runs them on a machine with torch alone (``benchmarks/device_capacity.py``);
+``timing`` takes its assumptions as the schema's dataclass (:class:`runners.config.schema.TimeAssumptions`,
+``backend.capacity.time``); ``plan`` reads an OmegaConf config. What each term counts and how well it matches torch's own accounting:
 docs/capacity.md.
 """

@@ -22,7 +22,7 @@ import dataclasses
 import math
 from typing import Any
 
-from runners.capacity.shapes import ModelShape
+from runners.config.model_shapes import ModelShape
 
 #: Bytes per parameter of each checkpoint content (all ranks together).
 CONTENT_BYTES_PER_PARAMETER = {"model": 4, "optimizer": 8, "hf_model": 2, "extra": 0}

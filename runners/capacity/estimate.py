@@ -1,7 +1,7 @@
 """The estimate of one resolved verl launch config: its inputs, each GPU side's terms, the time, the disk.
 
 :func:`inputs_of` reads what decides memory, time and disk from the config (the model's shape by
-:func:`runners.capacity.shapes.shape_of`, the GPU from ``gpu``, the assumptions from ``backend.capacity``);
+:func:`runners.config.model_shapes.shape_of`, the GPU from ``gpu``, the assumptions from ``backend.capacity``);
 :func:`evaluate` turns those into the estimate (:mod:`~runners.capacity.trainer_memory`, :mod:`~runners.capacity.rollout_memory`,
 :mod:`~runners.capacity.timing`, :mod:`~runners.capacity.disk`): per GPU side its terms, ``fits`` and its
 margin, the requests in flight against the KV cache, the time with the range of the length assumption, the
@@ -20,9 +20,9 @@ from runners.capacity import disk, nodes, timing
 from runners.capacity import rollout_memory as rollout_mem
 from runners.capacity import trainer_memory as trainer_mem
 from runners.capacity.nodes import Nodes
-from runners.capacity.shapes import ModelConfigError, ModelShape, shape_of
 from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
+from runners.config.model_shapes import ModelConfigError, ModelShape, shape_of
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -75,7 +75,7 @@ class Inputs:
 def known_shape(cfg: DictConfig) -> tuple[ModelShape, str] | None:
     """``(shape, where it was read)`` of the trained model: the rehearsal's tiny Qwen3
     (:func:`runners.tiny.model.shape_config`: its yaml and tokenizer), else ``model.path``'s config.json
-    (:func:`runners.capacity.shapes.shape_of`); None when no config.json is found (before verl downloads it),
+    (:func:`runners.config.model_shapes.shape_of`); None when no config.json is found (before verl downloads it),
     a :class:`ModelConfigError` naming ``model.path`` for one that is found but gives no shape."""
     if is_rehearsal(cfg):  # the rehearsal trains the tiny model
         from runners.tiny.model import DEFAULT_MODEL_YAML, shape_config
@@ -88,12 +88,12 @@ def known_shape(cfg: DictConfig) -> tuple[ModelShape, str] | None:
 
 
 def model_shape(cfg: DictConfig) -> tuple[ModelShape, str]:
-    """:func:`known_shape`, where an unknown shape is a ``ValueError`` naming ``model.path``."""
+    """:func:`known_shape`, where an unknown shape is a :class:`ModelConfigError` (a ``ConfigError``) naming ``model.path``."""
     found = known_shape(cfg)
     if found is None:
         raise ModelConfigError(f"model.path={cfg.model.path}: no config.json to plan the launch's capacity from (not a local "
                          "folder, not in the Hugging Face cache offline, not a published shape of "
-                         "runners/capacity/shapes.py); download the model's config.json, or set "
+                         "runners/config/model_shapes.py); download the model's config.json, or set "
                          "backend.capacity.enforce=false to launch without a plan")
     return found
 
@@ -190,13 +190,14 @@ def _select(cfg: DictConfig, key: str) -> Any:
 
 
 def _time_assumptions(cfg: DictConfig) -> timing.TimeAssumptions:
-    """``backend.capacity.time`` as :class:`~runners.capacity.timing.TimeAssumptions`, its lengths checked."""
+    """``backend.capacity.time`` as :class:`~runners.config.schema.TimeAssumptions`, its lengths checked."""
     t = cfg.backend.capacity.time
     ta = timing.TimeAssumptions(**{f.name: float(t[f.name]) for f in dataclasses.fields(timing.TimeAssumptions)})
-    for prefix, (mean, at_cap) in (("", ("mean_response_fraction", "response_at_cap_fraction")),
-                                   ("eval_", ("eval_mean_response_fraction", "eval_response_at_cap_fraction"))):
+    for lengths, (mean, at_cap) in ((timing.train_lengths, ("mean_response_fraction", "response_at_cap_fraction")),
+                                    (timing.eval_lengths, ("eval_mean_response_fraction",
+                                                           "eval_response_at_cap_fraction"))):
         try:
-            getattr(ta, f"{'eval' if prefix else 'train'}_lengths")(1)
+            lengths(ta, 1)
         except ValueError as err:
             raise ConfigError(f"backend.capacity.time.{at_cap}={t[at_cap]} with backend.capacity.time.{mean}="
                               f"{t[mean]}: {err}; allowed: {at_cap} <= {mean}") from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from runners.capacity.shapes import ModelShape
+from runners.config.model_shapes import ModelShape
 
 
 @dataclasses.dataclass(frozen=True)

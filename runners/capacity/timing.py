@@ -1,6 +1,6 @@
 """The time of a step and of an experiment, from first principles (an estimate; docs/capacity.md).
 
-Every figure rests on the :class:`TimeAssumptions` (``backend.capacity.time``), the :class:`EngineCosts`
+Every figure rests on the :class:`~runners.config.schema.TimeAssumptions` (``backend.capacity.time``), the :class:`EngineCosts`
 (issue 43's assumptions, declared here only) and the GPU preset's intra-node :class:`Link`, which the plan
 reports beside it:
 
@@ -55,34 +55,18 @@ import math
 
 from runners.capacity import nodes
 from runners.capacity.nodes import Nodes
-from runners.capacity.shapes import ModelShape
+from runners.config.model_shapes import ModelShape
+from runners.config.schema import TimeAssumptions
 
 
-@dataclasses.dataclass(frozen=True)
-class TimeAssumptions:
-    """The assumptions of the time estimate (``backend.capacity.time``)."""
+def train_lengths(ta: TimeAssumptions, cap: int) -> Lengths:
+    """Training's response lengths under ``ta`` for a cap of ``cap`` tokens."""
+    return Lengths(cap, ta.mean_response_fraction, ta.response_at_cap_fraction)
 
-    mean_prompt_fraction: float  # mean prompt length / rollout.max_prompt_length
-    mean_response_fraction: float  # mean response length / rollout.max_response_length
-    train_mfu: float  # verl's perf/mfu/actor: verl's training FLOPs (6N, no recomputation) / (GPUs x dense bf16 rate)
-    prefill_mfu: float  # prefill (and compute-bound decode) FLOPs / the rollout GPUs' dense bf16 rate
-    decode_bandwidth_efficiency: float  # bytes a decode iteration reads / (memory bandwidth x time)
-    weight_sync_bytes_per_s: float  # trainer -> vLLM weight sync
-    head_transport_bytes_per_s: float  # the SC head from vLLM to the trainer
-    host_link_bytes_per_s: float  # host <-> GPU copies of an offloaded trainer (PCIe)
-    host_optimizer_params_per_s: float  # AdamW on the host, parameters per second and process
-    response_at_cap_fraction: float = 0.0  # training responses that reach rollout.max_response_length
-    eval_mean_response_fraction: float | None = None  # evaluation's mean response / the cap (None: training's)
-    eval_response_at_cap_fraction: float | None = None  # evaluation's responses at the cap (None: training's)
 
-    def train_lengths(self, cap: int) -> Lengths:
-        return Lengths(cap, self.mean_response_fraction, self.response_at_cap_fraction)
-
-    def eval_lengths(self, cap: int) -> Lengths:
-        mean = self.mean_response_fraction if self.eval_mean_response_fraction is None else self.eval_mean_response_fraction
-        at_cap = (self.response_at_cap_fraction if self.eval_response_at_cap_fraction is None
-                  else self.eval_response_at_cap_fraction)
-        return Lengths(cap, mean, at_cap)
+def eval_lengths(ta: TimeAssumptions, cap: int) -> Lengths:
+    """Evaluation's response lengths under ``ta`` (its own mean and share at the cap) for a cap of ``cap`` tokens."""
+    return Lengths(cap, ta.eval_mean_response_fraction, ta.eval_response_at_cap_fraction)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,7 +355,8 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     replay buffer hands it, and a step takes the slower of the two; on one shared GPU a step generates one batch
     until its longest response, then trains."""
     prompt = ta.mean_prompt_fraction * work.max_prompt_length
-    lengths, eval_lengths = ta.train_lengths(work.max_response_length), ta.eval_lengths(work.max_response_length)
+    lengths = train_lengths(ta, work.max_response_length)
+    eval_set_lengths = eval_lengths(ta, work.max_response_length)
     response = lengths.mean
     sequences = work.prompts_per_step * work.n
     pipelined = not hw.shared_gpu
@@ -403,8 +388,9 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
     rollout_side, trainer_side = gen["seconds"] + head, train + sync + collectives
     step = rollout_side + trainer_side if hw.shared_gpu else max(rollout_side, trainer_side)
     eval_sequences = work.eval_prompts * work.eval_n
-    evaluation = generation(shape, eval_sequences, prompt, eval_lengths.mean, hw, ta,
-                            longest=eval_lengths.longest(eval_sequences), context=eval_lengths.decode_context(prompt),
+    evaluation = generation(shape, eval_sequences, prompt, eval_set_lengths.mean, hw, ta,
+                            longest=eval_set_lengths.longest(eval_sequences),
+                            context=eval_set_lengths.decode_context(prompt),
                             costs=costs)
     evaluations = work.total_steps // work.test_freq + 1 if work.test_freq > 0 else 1
     bill = bill_seconds(work, step, costs, restarts, lost_fraction)
@@ -430,7 +416,7 @@ def step_and_experiment(shape: ModelShape, work: Workload, hw: Hardware, ta: Tim
             "internode_collective_seconds": collectives,
             "sc_head_seconds": head, "mean_prompt_tokens": prompt, "mean_response_tokens": response,
             "longest_response_tokens": gen["longest_response_tokens"],
-            "eval_mean_response_tokens": eval_lengths.mean,
+            "eval_mean_response_tokens": eval_set_lengths.mean,
             "eval_longest_response_tokens": evaluation["longest_response_tokens"],
             "evaluation_seconds": evaluation["seconds"], "evaluations": evaluations, "bill": bill,
             "train_steps_seconds": steps_seconds, "early_step_seconds": early_step,

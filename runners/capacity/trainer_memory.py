@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from runners.capacity.shapes import ModelShape
+from runners.config.model_shapes import ModelShape
 
 BF16 = 2
 FP32 = 4

@@ -15,7 +15,16 @@ A schema's field order is the order of its yaml's keys: the resolved config (``c
 run folder, whose hash names the run) is the same text as before the schema existed. Keys a code path
 reads with a default but no yaml sets (``runners.config.config_checks.OPTIONAL_KEYS``) are not fields: adding
 them stays possible (``+model.rms_norm_eps=...``) and the resolved config of a run without them keeps
-its text. A key added to a group yaml must be added to its schema (composition rejects it otherwise).
+its text.
+
+**Each key declared once.** The schema is the source of every key's name, type, allowed values and default; a
+group yaml (``conf/backend/*.yaml``, ``conf/gpu/``, ``conf/model/``, ``conf/data/``, ``conf/config.yaml``) holds the
+values and the comments a user reads. ``tests/test_config_keys.py`` holds the two together: a key in one of them
+only, or a yaml value unlike the schema's default, fails there (composition alone rejects only a yaml key the schema
+lacks). The schema keeps its defaults (the yaml repeats them, checked equal) because a config without the key
+is still checked against it: an old run folder's ``config.yaml`` (``python -m runners.capacity --from-run``) and
+an experiment's inline ``model``/``data``. The schema stays the source, not the yaml, because Hydra's ConfigStore
+and the rules need Python dataclasses, and a yaml written from them would lose its comments.
 Cross-field rules (score centering vs ``rollout.top_p``, ...) live in ``runners.validate``.
 
 :func:`register` runs on ``import runners`` (``runners/__init__.py``), so every composition through
@@ -32,9 +41,10 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from ablations.arms.arm import IS_LEVELS
+from runners.config.config_error import ConfigError
 
 
-class SchemaError(ValueError):
+class SchemaError(ConfigError):
     """A value outside its schema; the message names the key and the allowed values."""
 
 
@@ -292,8 +302,10 @@ class VerlReward:
 
 
 @dataclass
-class CapacityTime:
-    """The assumptions of the capacity plan's time estimate (``runners.capacity.timing.TimeAssumptions``)."""
+class TimeAssumptions:
+    """``backend.capacity.time``: the assumptions of the capacity plan's time estimate, one dataclass: the schema
+    here and the estimate's argument (:mod:`runners.capacity.timing`). Their values and what each means:
+    ``conf/backend/verl.yaml``."""
 
     mean_prompt_fraction: float = between(0, 1)
     mean_response_fraction: float = between(0, 1)
@@ -322,7 +334,7 @@ class VerlCapacity:
     vllm_cuda_graph_bytes: float = at_least(0, integer=False)
     disk_budget_bytes: float = positive()
     internode_bytes_per_s_per_gpu: Optional[float] = None  # noqa: UP045 - null: the GPU preset's (runners/capacity/nodes.py)
-    time: CapacityTime = field(default_factory=CapacityTime)
+    time: TimeAssumptions = field(default_factory=TimeAssumptions)
 
 
 @dataclass

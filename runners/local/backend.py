@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from runners.config.config_error import ConfigError
+from runners.config.model_shapes import check_top_k_fits
 from runners.local.checkpoint import load_latest, save_checkpoint, supersede_after
 from runners.local.evaluate import eval_sampler_config, evaluate, val_file
 from runners.local.parallel import check_parallel_threads, threads_warning
@@ -80,23 +81,18 @@ def validate(cfg: DictConfig) -> None:
         )
     check_parallel_threads(cfg)  # a job of hydra/launcher=parallel: n_jobs x threads <= cores
     if cfg.backend.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
+        raise ConfigError("backend.device=cuda but no CUDA device is available; use backend.device=cpu")
     task = build_task(cfg.data)  # validates the data group
     from runners.tiny.tokenizer import build_tokenizer
 
     vocab_size = len(build_tokenizer())  # the model's vocabulary (runners/tiny/model.py builds it so)
-    if cfg.method.top_k > vocab_size:
-        raise ConfigError(
-            f"method.top_k={cfg.method.top_k} is larger than the vocabulary of model={cfg.model.name} "
-            f"({vocab_size} tokens, runners/tiny/tokenizer.py): the sampler's head cannot hold more ids than "
-            f"there are; allowed: 1 <= method.top_k <= {vocab_size}"
-        )
+    check_top_k_fits(int(cfg.method.top_k), vocab_size, f"model={cfg.model.name}", "runners/tiny/tokenizer.py")
     prompt_tokens = task.max_prompt_tokens(build_tokenizer())
     if r.max_prompt_length < prompt_tokens:
-        raise ValueError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
-                         f"({prompt_tokens} tokens); allowed: >= {prompt_tokens}")
+        raise ConfigError(f"rollout.max_prompt_length={r.max_prompt_length} is shorter than the task's prompts "
+                          f"({prompt_tokens} tokens); allowed: >= {prompt_tokens}")
     if r.max_response_length < task.max_response_tokens():
-        raise ValueError(
+        raise ConfigError(
             f"rollout.max_response_length={r.max_response_length} is shorter than the longest correct "
             f"response ({task.max_response_tokens()} tokens); allowed: >= {task.max_response_tokens()}"
         )
@@ -304,8 +300,9 @@ def _val_summary(row: dict) -> str:
     return ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in row.items() if k.startswith("val-core/"))
 
 
-def run(cfg: DictConfig, run_dir: Path, config_sha256: str) -> None:
-    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint).
+def run(cfg: DictConfig, run_dir: Path) -> None:
+    """Train one arm in ``run_dir`` (resuming when it holds a checkpoint); the record names the config by the
+    hash of its resolved text (the ``config.yaml`` the attempt writes).
 
     ``backend.threads`` above this machine's cores is warned about (console and ``run.log``), not
     refused: the value is part of the run's config, so refusing it would make a run started on a
@@ -314,4 +311,4 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str) -> None:
     warning = threads_warning(cfg)
     if warning is not None:
         log.warning(warning)
-    LocalRun(cfg, run_dir, config_sha256).run()
+    LocalRun(cfg, run_dir, config_sha256(OmegaConf.to_yaml(cfg, resolve=True))).run()

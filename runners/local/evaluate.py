@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from runners.config.config_error import ConfigError
 from runners.local.sampler import Sampler, clean_sampler_config
 from runners.run.run_contract import sample_line, val_metrics, val_path
 from runners.run.run_record import atomic_write_text
@@ -48,15 +49,15 @@ def eval_sampler_config(cfg: DictConfig) -> DictConfig:
     """The ``backend.sampler`` config the evaluation samples with (``eval.numerics``, module docstring)."""
     numerics = cfg.eval.numerics
     if numerics not in EVAL_NUMERICS:
-        raise ValueError(f"eval.numerics={numerics!r}; allowed: {', '.join(EVAL_NUMERICS)}")
+        raise ConfigError(f"eval.numerics={numerics!r}; allowed: {', '.join(EVAL_NUMERICS)}")
     return clean_sampler_config(cfg.backend.sampler) if numerics == "clean" else cfg.backend.sampler
 
 
 def eval_repeats(cfg: DictConfig) -> int:
-    """``eval.repeats`` (default 1); raises ValueError naming the key unless an integer >= 1."""
+    """``eval.repeats`` (default 1); raises ConfigError naming the key unless an integer >= 1."""
     r = cfg.eval.get("repeats", 1)
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise ValueError(f"eval.repeats must be an integer >= 1 (evaluations of each checkpoint), got {r!r}")
+        raise ConfigError(f"eval.repeats must be an integer >= 1 (evaluations of each checkpoint), got {r!r}")
     return r
 
 

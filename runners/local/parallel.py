@@ -18,6 +18,8 @@ import os
 
 from omegaconf import DictConfig
 
+from runners.config.config_error import ConfigError
+
 
 def usable_cores() -> int:
     """Cores this process may run on (the affinity mask where the OS has one)."""
@@ -43,14 +45,14 @@ def joblib_n_jobs(launcher: DictConfig | None = None) -> int | None:
 
 
 def check_parallel_threads(cfg: DictConfig, cores: int | None = None, n_jobs: int | None = None) -> None:
-    """Raise ValueError when `n_jobs x backend.threads` exceeds the cores (a joblib-launched job only)."""
+    """Raise ConfigError when `n_jobs x backend.threads` exceeds the cores (a joblib-launched job only)."""
     n_jobs = joblib_n_jobs() if n_jobs is None else n_jobs
     if n_jobs is None:
         return
     cores = usable_cores() if cores is None else cores
     threads = int(cfg.backend.threads)
     if n_jobs * threads > cores:
-        raise ValueError(
+        raise ConfigError(
             f"backend.threads={threads} x hydra.launcher.n_jobs={n_jobs} parallel jobs oversubscribes the "
             f"{cores} cores of this machine; allowed: backend.threads <= {max(cores // n_jobs, 1)} (e.g. add "
             "backend.threads=1) or a smaller hydra.launcher.n_jobs"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from runners.config.config_error import ConfigError
 from runners.local.sampler import Rollout
 from runners.tiny.arithmetic_task import Problem
 
@@ -33,7 +34,7 @@ class ReplayBuffer:
 
     def __init__(self, max_staleness: int):
         if max_staleness < 1:
-            raise ValueError(f"rollout.max_staleness must be >= 1, got {max_staleness}")
+            raise ConfigError(f"rollout.max_staleness must be >= 1, got {max_staleness}")
         self.max_staleness = max_staleness
         self.groups: deque[Group] = deque()
 

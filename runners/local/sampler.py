@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from runners.config.config_error import ConfigError
 from runners.local.generate import decode
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -109,23 +110,23 @@ def collate(parts: list[Rollout], pad_id: int) -> Rollout:
 
 
 def check_sampler_config(sampler_cfg: DictConfig) -> None:
-    """Raise ValueError naming the key when a mismatch knob is invalid."""
+    """Raise ConfigError naming the key when a mismatch knob is invalid."""
     if sampler_cfg.weight_dtype not in DTYPES:
-        raise ValueError(
+        raise ConfigError(
             f"backend.sampler.weight_dtype={sampler_cfg.weight_dtype!r}; allowed: {', '.join(DTYPES)}"
         )
     if not isinstance(sampler_cfg.int8_weights, bool):
-        raise ValueError(f"backend.sampler.int8_weights must be true or false, got {sampler_cfg.int8_weights!r}")
+        raise ConfigError(f"backend.sampler.int8_weights must be true or false, got {sampler_cfg.int8_weights!r}")
     if not sampler_cfg.weight_noise >= 0:
-        raise ValueError(f"backend.sampler.weight_noise must be >= 0, got {sampler_cfg.weight_noise}")
+        raise ConfigError(f"backend.sampler.weight_noise must be >= 0, got {sampler_cfg.weight_noise}")
     for key in ("compute_dtype", "logits_dtype"):
         value = sampler_cfg.get(key, "float32")
         if value not in COMPUTE_DTYPES:
-            raise ValueError(f"backend.sampler.{key}={value!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
+            raise ConfigError(f"backend.sampler.{key}={value!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
     bits = sampler_cfg.get("kv_cache_bits", 0)
     if isinstance(bits, bool) or bits not in KV_CACHE_BITS:
-        raise ValueError(f"backend.sampler.kv_cache_bits={bits!r}; allowed: {', '.join(map(str, KV_CACHE_BITS))} "
-                         "(0 = no KV-cache quantisation)")
+        raise ConfigError(f"backend.sampler.kv_cache_bits={bits!r}; allowed: {', '.join(map(str, KV_CACHE_BITS))} "
+                          "(0 = no KV-cache quantisation)")
 
 
 def clean_sampler_config(sampler_cfg: DictConfig) -> DictConfig:

@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
+from runners.config.config_error import ConfigError
 from runners.local.generate import left_pad, position_ids_from_mask, sample
 from runners.tiny.arithmetic_task import Problem, SeededTask, prompt_token_ids, response_text
 from runners.tiny.model import build_model
@@ -70,10 +71,10 @@ def cache_key(cfg: DictConfig) -> str:
 def _settings(cfg: DictConfig) -> dict[str, Any]:
     ws = cfg.model.get("warmstart")
     if ws is None:
-        raise ValueError("model.warmstart is missing (needs steps, batch_size, lr, seed)")
+        raise ConfigError("model.warmstart is missing (needs steps, batch_size, lr, seed)")
     for key in _REQUIRED:
         if ws.get(key) is None:
-            raise ValueError(f"model.warmstart.{key} is missing")
+            raise ConfigError(f"model.warmstart.{key} is missing")
     s = {
         "steps": int(ws.steps),
         "batch_size": int(ws.batch_size),
@@ -85,15 +86,15 @@ def _settings(cfg: DictConfig) -> dict[str, Any]:
         "grad_clip": float(ws.get("grad_clip", 1.0)),
     }
     if s["steps"] < 0:
-        raise ValueError(f"model.warmstart.steps must be >= 0, got {s['steps']}")
+        raise ConfigError(f"model.warmstart.steps must be >= 0, got {s['steps']}")
     if s["batch_size"] < 1:
-        raise ValueError(f"model.warmstart.batch_size must be >= 1, got {s['batch_size']}")
+        raise ConfigError(f"model.warmstart.batch_size must be >= 1, got {s['batch_size']}")
     if not s["lr"] > 0:
-        raise ValueError(f"model.warmstart.lr must be > 0, got {s['lr']}")
+        raise ConfigError(f"model.warmstart.lr must be > 0, got {s['lr']}")
     if not 0.0 <= s["min_lr_ratio"] <= 1.0:
-        raise ValueError(f"model.warmstart.min_lr_ratio must be in [0, 1], got {s['min_lr_ratio']}")
+        raise ConfigError(f"model.warmstart.min_lr_ratio must be in [0, 1], got {s['min_lr_ratio']}")
     if s["warmup_steps"] < 0:
-        raise ValueError(f"model.warmstart.warmup_steps must be >= 0, got {s['warmup_steps']}")
+        raise ConfigError(f"model.warmstart.warmup_steps must be >= 0, got {s['warmup_steps']}")
     return s
 
 

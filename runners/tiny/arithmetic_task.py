@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig
 
+from runners.config.config_error import ConfigError
 from runners.tiny.tokenizer import CHARACTERS
 
 OPERATIONS: dict[str, tuple[str, Callable[[int, int], int]]] = {
@@ -62,7 +63,7 @@ class SeededTask:
         specs = _eval_specs(data_cfg.get("eval_sets"), self.train_data_source)
         total = sum(size for _, size in specs)
         if total >= self.space_size:
-            raise ValueError(
+            raise ConfigError(
                 f"data.eval_sets hold {total} problems in all, but {description} has only {self.space_size} "
                 "(some must remain for training)"
             )
@@ -154,14 +155,14 @@ class ArithmeticTask(SeededTask):
     seed; fixes the eval sets, independent of the run seed), prompt_template (contains `{a}`
     and `{b}`, optionally `{op}`; every other character must be in the tokenizer's vocabulary),
     eval_sets (a list of {name, size}; names distinct and not the training stream's name).
-    Any bad value raises ValueError naming the key, before anything is computed.
+    Any bad value raises ConfigError naming the key, before anything is computed.
     """
 
     def __init__(self, data_cfg: DictConfig) -> None:
         self.digits = _int_key(data_cfg, "digits", minimum=1)
         self.operation = data_cfg.get("operation", "add")
         if self.operation not in OPERATIONS:
-            raise ValueError(f"data.operation must be one of {sorted(OPERATIONS)}, got {self.operation!r}")
+            raise ConfigError(f"data.operation must be one of {sorted(OPERATIONS)}, got {self.operation!r}")
         self.op_symbol, self._apply = OPERATIONS[self.operation]
         self.prompt_template = _check_template(data_cfg.get("prompt_template"))
         self._lo = 10 ** (self.digits - 1) if self.digits > 1 else 0
@@ -215,22 +216,22 @@ def response_text(problem: Problem) -> str:
 def _int_key(cfg: DictConfig, key: str, minimum: int) -> int:
     value = cfg.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"data.{key} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"data.{key} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
 def _check_template(template: Any) -> str:
     if not isinstance(template, str):
-        raise ValueError(f"data.prompt_template must be a string, got {template!r}")
+        raise ConfigError(f"data.prompt_template must be a string, got {template!r}")
     for placeholder in ("{a}", "{b}"):
         if placeholder not in template:
-            raise ValueError(f"data.prompt_template must contain {placeholder}, got {template!r}")
+            raise ConfigError(f"data.prompt_template must contain {placeholder}, got {template!r}")
     rest = template
     for placeholder in _PLACEHOLDERS:
         rest = rest.replace(placeholder, "")
     uncovered = sorted(set(rest) - set(CHARACTERS))
     if uncovered:
-        raise ValueError(
+        raise ConfigError(
             f"data.prompt_template uses characters outside the tokenizer vocabulary: {uncovered} "
             f"(allowed: {CHARACTERS!r})"
         )
@@ -239,26 +240,26 @@ def _check_template(template: Any) -> str:
 
 def _eval_specs(eval_sets: Any, train_data_source: str = TRAIN_DATA_SOURCE) -> list[tuple[str, int]]:
     if not isinstance(eval_sets, list | ListConfig) or len(eval_sets) == 0:
-        raise ValueError(f"data.eval_sets must be a non-empty list of {{name, size}}, got {eval_sets!r}")
+        raise ConfigError(f"data.eval_sets must be a non-empty list of {{name, size}}, got {eval_sets!r}")
     specs: list[tuple[str, int]] = []
     for position, entry in enumerate(eval_sets):
         name = entry.get("name") if hasattr(entry, "get") else None
         size = entry.get("size") if hasattr(entry, "get") else None
         if not isinstance(name, str) or not name or name != name.lower() or "/" in name:
-            raise ValueError(
+            raise ConfigError(
                 f"data.eval_sets[{position}].name must be a non-empty lowercase string, got {name!r}"
             )
         if name == train_data_source:
-            raise ValueError(
+            raise ConfigError(
                 f"data.eval_sets[{position}].name may not be {train_data_source!r} (the training stream)"
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"data.eval_sets[{position}].size must be an integer >= 1, got {size!r}")
+            raise ConfigError(f"data.eval_sets[{position}].size must be an integer >= 1, got {size!r}")
         specs.append((name, size))
     names = [name for name, _ in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ValueError(
+        raise ConfigError(
             f"data.eval_sets names must be distinct (they are data_source values), repeated: {duplicates}"
         )
     return specs

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from runners.config import CONF_DIR
+from runners.config.config_error import ConfigError
 
 # model config keys that become Qwen3Config fields, with the type each must have
 _SIZE_KEYS = (
@@ -33,12 +34,12 @@ _ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 def _require_positive_int(model_cfg: DictConfig, key: str) -> int:
     value = model_cfg.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"model.{key} must be a positive integer, got {value!r}")
+        raise ConfigError(f"model.{key} must be a positive integer, got {value!r}")
     return value
 
 
 def build_qwen3_config(model_cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Config:
-    """Translate the `model` config group into a `Qwen3Config` (raises ValueError naming a bad key).
+    """Translate the `model` config group into a `Qwen3Config` (raises ConfigError naming a bad key).
 
     Sizes come from `model_cfg`; vocabulary size and pad/eos ids from the tokenizer; the bos id
     is the pad token's (`<|endoftext|>`), as in the released Qwen3 configs, because the
@@ -46,16 +47,16 @@ def build_qwen3_config(model_cfg: DictConfig, tokenizer: PreTrainedTokenizerBase
     """
     sizes = {key: _require_positive_int(model_cfg, key) for key in _SIZE_KEYS}
     if sizes["num_attention_heads"] % sizes["num_key_value_heads"] != 0:
-        raise ValueError(
+        raise ConfigError(
             "model.num_attention_heads must be a multiple of model.num_key_value_heads, got "
             f"{sizes['num_attention_heads']} and {sizes['num_key_value_heads']}"
         )
     attn = model_cfg.get("attn_implementation", "sdpa")
     if attn not in _ATTN_IMPLEMENTATIONS:
-        raise ValueError(f"model.attn_implementation must be one of {_ATTN_IMPLEMENTATIONS}, got {attn!r}")
+        raise ConfigError(f"model.attn_implementation must be one of {_ATTN_IMPLEMENTATIONS}, got {attn!r}")
     rope_theta = float(model_cfg.get("rope_theta", 10000.0))
     if rope_theta <= 0:
-        raise ValueError(f"model.rope_theta must be > 0, got {rope_theta}")
+        raise ConfigError(f"model.rope_theta must be > 0, got {rope_theta}")
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         **sizes,

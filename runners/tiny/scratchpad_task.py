@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
+from runners.config.config_error import ConfigError
 from runners.tiny.arithmetic_task import Problem, SeededTask, _int_key
 
 TRAIN_DATA_SOURCE = "scratch_train"
@@ -34,7 +35,7 @@ class ScratchpadSumTask(SeededTask):
 
     Config keys (`data` group): terms (2 .. 9), max_term (1 .. 9: terms are 1 .. max_term),
     seed (the data seed; fixes the eval sets), eval_sets (a list of {name, size}). A bad value
-    raises ValueError naming the key.
+    raises ConfigError naming the key.
     """
 
     train_data_source = TRAIN_DATA_SOURCE
@@ -42,10 +43,10 @@ class ScratchpadSumTask(SeededTask):
     def __init__(self, data_cfg: DictConfig) -> None:
         self.terms = _int_key(data_cfg, "terms", minimum=2)
         if self.terms > 9:
-            raise ValueError(f"data.terms must be an integer in 2 .. 9, got {self.terms}")
+            raise ConfigError(f"data.terms must be an integer in 2 .. 9, got {self.terms}")
         self.max_term = _int_key(data_cfg, "max_term", minimum=1)
         if self.max_term > 9:
-            raise ValueError(f"data.max_term must be an integer in 1 .. 9 (single digits), got {self.max_term}")
+            raise ConfigError(f"data.max_term must be an integer in 1 .. 9 (single digits), got {self.max_term}")
         super().__init__(data_cfg, self.max_term**self.terms, f"{self.terms} terms of 1..{self.max_term}")
 
     def operands(self, index: int) -> tuple[int, ...]:

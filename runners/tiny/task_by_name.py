@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from runners.config.config_error import ConfigError
 from runners.tiny.arithmetic_task import ArithmeticTask, SeededTask
 from runners.tiny.scratchpad_task import ScratchpadSumTask
 
@@ -13,5 +14,5 @@ def build_task(data_cfg: DictConfig) -> SeededTask:
     tasks = {"synthetic_arith": ArithmeticTask, "sum_scratchpad": ScratchpadSumTask}
     name = data_cfg.get("name", "synthetic_arith")
     if name not in tasks:
-        raise ValueError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
+        raise ConfigError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
     return tasks[name](data_cfg)

@@ -2,7 +2,7 @@
 
 Two entry points, called by ``runners/launch.py``:
 
-* :func:`validate` -- reject a config that cannot work, before any compute (``ValueError`` naming
+* :func:`validate` -- reject a config that cannot work, before any compute (:class:`~runners.config.config_error.ConfigError` naming
   the key and the allowed values; a score-centering arm on a verl without score-centering support
   fails here, naming the verl commit and the install command).
 * :func:`run` -- ``backend.dry_run=true``: write the exact command, the override list and a launch
@@ -33,18 +33,16 @@ log = logging.getLogger(__name__)
 
 
 def validate(cfg: DictConfig) -> None:
-    """Raise ``ValueError`` if this config cannot run on the verl backend."""
+    """Raise :class:`~runners.config.config_error.ConfigError` if this config cannot run on the verl backend."""
     from runners.verl_backend.checks import validate as _validate
 
     _validate(cfg)
 
 
-def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> str | None:
-    """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``).
-
-    ``config_sha256`` (passed by ``runners/launch.py``) is not needed here: ingestion hashes the
-    ``config.yaml`` written into ``run_dir`` when the dry run or the attempt starts
-    (``runners.run.run_folder.write_config``; a launch that fails before changes nothing).
+def run(cfg: DictConfig, run_dir: Path) -> str | None:
+    """Dry-run or launch one arm into ``run_dir`` (``results/<sweep>/<run>``). The record's ``config_sha256`` is
+    the hash of the ``config.yaml`` written into ``run_dir`` when the dry run or the attempt starts (ingestion
+    reads it; ``runners.run.run_folder.write_config``; a launch that fails before changes nothing).
 
     Returns, for a dry run whose capacity plan does not fit (a GPU launch; the launch itself would be refused),
     the run's name and its ``capacity.md`` (the refusal is logged); None otherwise. The launcher exits with status 5 then, as

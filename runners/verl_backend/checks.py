@@ -1,6 +1,6 @@
 """``validate(cfg)``: reject a verl-backend config that cannot work, before anything starts.
 
-Every error is a :class:`~runners.config.config_error.ConfigError` (a ``ValueError``) naming the key and what it
+Every error is a :class:`~runners.config.config_error.ConfigError` naming the key and what it
 allows; the launcher prints it as ``config error: <key> ...`` and exits with status 2. ``runners.validate`` has run
 first (the schema, the arm, the rules every backend shares); the checks that need verl's composed config run in
 the dry run. These are the verl backend's own rules across keys: what ``separate_async``, the file logger and the
@@ -119,7 +119,7 @@ def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Raise ``ValueError`` (naming the key and the allowed values) if this config cannot run."""
+    """Raise :class:`ConfigError` (naming the key and the allowed values) if this config cannot run."""
     if _value(cfg, "backend.name") != "verl":
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_backend")
     _check_launch(cfg)

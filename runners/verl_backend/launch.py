@@ -32,7 +32,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablations.arms import ArmSpec
 from runners.config import is_rehearsal
 from runners.run import run_lock
 from runners.run.run_error import RunError
@@ -41,7 +40,6 @@ from runners.verl_backend import overrides as ovr
 from runners.verl_backend import resume_point, run_files
 from runners.verl_backend.child_process import GroupReaper, OutputFollower, stop_group
 from runners.verl_cpu import rehearsal
-from runners.verl_revisions import installed
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +145,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
 
 
 def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
-    if ArmSpec.of(cfg.method).sc:
-        installed.require(f"method={cfg.method.name} (score centering)")  # before anything starts
+    # an SC arm's verl support was checked by the launch's validation (runners.verl_backend.checks), under this lock
     spec = build_spec(cfg, run_dir)
     paths = spec.paths
     resume_point.align(run_dir, paths.attempt)  # never past a checkpoint whose step was not logged

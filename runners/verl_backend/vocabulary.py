@@ -14,9 +14,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from ablations.arms import ArmSpec
-from runners.capacity.shapes import find_config
 from runners.config import is_rehearsal
-from runners.config.config_error import ConfigError
+from runners.config.model_shapes import check_top_k_fits, find_config
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ def _config_vocab(config: dict[str, Any]) -> int | None:
 def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
     """``(vocab_size, where it was read)`` of the model a launch of ``cfg`` trains: on the rehearsal the shipped tiny
     Qwen3's (its character tokenizer's, ``runners/tiny/tokenizer.py``; written into ``model.path`` only later), else
-    ``vocab_size`` (or ``text_config.vocab_size``) of the ``config.json`` :func:`runners.capacity.shapes.find_config`
+    ``vocab_size`` (or ``text_config.vocab_size``) of the ``config.json`` :func:`runners.config.model_shapes.find_config`
     finds; None when unknown before verl downloads it (then :func:`check_top_k` warns, for an SC arm: the other arms
     do not use ``method.top_k`` on verl)."""
     if is_rehearsal(cfg):
@@ -43,18 +42,15 @@ def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
 
 
 def check_top_k(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` naming ``method.top_k`` when it exceeds the model's vocabulary; warn
+    """Refuse ``method.top_k`` above the model's vocabulary (:func:`runners.config.model_shapes.check_top_k_fits`); warn
     (SC arms) when the vocabulary cannot be known before the launch."""
     k = int(cfg.method.top_k)
     found = vocabulary(cfg)
     if found is None:
         if ArmSpec.of(cfg.method).sc:
             log.warning("method.top_k=%d is not checked against the vocabulary of model.path=%s: not a local folder, "
-                        "not in the Hugging Face cache, not in runners/capacity/shapes.py's published shapes",
+                        "not in the Hugging Face cache, not in runners/config/model_shapes.py's published shapes",
                         k, cfg.model.path)
         return
     size, source = found
-    if k > size:
-        raise ConfigError(f"method.top_k={k} is larger than the vocabulary of model.path={cfg.model.path} ({size} "
-                          f"tokens, {source}): the sampler's head cannot hold more ids than there are; allowed: "
-                          f"1 <= method.top_k <= {size}")
+    check_top_k_fits(k, size, f"model.path={cfg.model.path}", source)

