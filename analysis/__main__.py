@@ -53,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sweep_dir", type=Path, help="folder holding the run directories of one sweep")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
     parser.add_argument("--checkpoint", default="both",
-                        help="final, best, both (default) or an evaluated step number; comma-separate several")
+                        help="final, best, both (default), last_quarter (each problem's score averaged over a "
+                             "run's evaluations at steps >= 3/4 of its last) or an evaluated step number; "
+                             "comma-separate several")
     parser.add_argument("--k", type=_ks, default=list(DEFAULT_KS),
                         help="k values of pass@k, comma-separated (default 1,2,4,8; k above the samples per "
                              "problem are skipped)")

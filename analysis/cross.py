@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.cross", description=__doc__.splitlines()[0])
     parser.add_argument("reference", help="SWEEP_DIR:METHOD, the reference arm (e.g. the on-policy control)")
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep folders to compare against it")
-    parser.add_argument("--checkpoint", default="final", help="final (default), best or a step")
+    parser.add_argument("--checkpoint", default="final", help="final (default), best, last_quarter or a step")
     parser.add_argument("--out", type=Path, default=None, help="write the table as CSV here")
     parser.add_argument("--allow-scoring-mismatch", action="store_true",
                         help="compare arms scored with other evaluation keys (eval.*) than the reference")

@@ -27,6 +27,7 @@ from analysis.styles import several_seeds
 from analysis.tables import (
     ALPHA,
     AVG,
+    LAST_QUARTER,
     PAIRED_TWO_LEVEL,
     SINGLE_SEED,
     TWO_LEVEL,
@@ -66,19 +67,21 @@ class Report:
 
 
 def parse_checkpoints(spec: str | Sequence[str | int]) -> list[str | int]:
-    """``"both"`` -> [final, best]; ``"final"``, ``"best"``, an integer step, or a comma list of these."""
+    """``"both"`` -> [final, best]; ``"final"``, ``"best"``, ``"last_quarter"``, an integer step, or a comma list
+    of these."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out: list[str | int] = []
     for item in items:
         item = item.strip() if isinstance(item, str) else item
         if item == "both":
             out += ["final", "best"]
-        elif item in ("final", "best"):
+        elif item in ("final", "best", LAST_QUARTER):
             out.append(item)
         elif isinstance(item, int) or (isinstance(item, str) and item.isdigit()):
             out.append(int(item))
         else:
-            raise ValueError(f"checkpoint {item!r}: expected final, best, both or an evaluated step number")
+            raise ValueError(f"checkpoint {item!r}: expected final, best, both, {LAST_QUARTER} or an evaluated "
+                             "step number")
     return list(dict.fromkeys(out))
 
 

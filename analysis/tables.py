@@ -56,9 +56,15 @@ PAIRED_COLUMNS = ["method_a", "method_b", "data_source", "checkpoint", "diff", "
 RETEST_COLUMNS = ["run", "method", "step", "data_source", "n_repeats", "mean_at_k", "sd", "predicted_sd"]
 EVAL_CURVE_COLUMNS = ["curve", "method", "step", "data_source", "mean_at_k", "ci_low", "ci_high", "n_seeds"]
 PASSK_COLUMNS = ["method", "seed", "run", "data_source", "checkpoint", "step", "n_samples", "k", "pass_at_k"]
+#: The label of the late-window endpoint: each problem's score averaged over a run's last quarter.
+LAST_QUARTER = "last_quarter"
+#: The window's start as a fraction of the run's last evaluated step (inclusive).
+LAST_QUARTER_FROM = 0.75
 CHECKPOINT_NOTES = {
     "final": "the last evaluated step of each run",
     "best": "the step with the highest avg mean@k of each run — selected on the test sets, optimistic",
+    LAST_QUARTER: "each problem's score averaged over the run's evaluations at steps >= 3/4 of its last "
+                  "evaluated step (step = the last one)",
 }
 
 
@@ -98,6 +104,8 @@ def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
                 rows.append((run, "final", int(curve.index[-1])))
             elif cp == "best":
                 rows.append((run, "best", best_steps(curve.to_dict())[0]))
+            elif cp == LAST_QUARTER:
+                rows.append((run, LAST_QUARTER, int(curve.index[-1])))
             else:
                 step = int(cp)
                 if step not in curve.index:
@@ -107,18 +115,28 @@ def checkpoint_steps(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
     return pd.DataFrame(rows, columns=["run", "checkpoint", "step"])
 
 
-def _scores_at(sweep: Sweep, run: str, step: int) -> np.ndarray:
+def window_steps(sweep: Sweep, run: str, checkpoint: str, step: int) -> list[int]:
+    """The evaluated steps one checkpoint row stands for: ``[step]``, or for :data:`LAST_QUARTER` every
+    evaluated step ``s`` of ``run`` with ``s >= LAST_QUARTER_FROM * step`` (``step`` = its last)."""
+    if checkpoint != LAST_QUARTER:
+        return [int(step)]
+    return [int(s) for s in sweep.steps(run) if s >= LAST_QUARTER_FROM * step]
+
+
+def _scores_at(sweep: Sweep, run: str, step: int, checkpoint: str = "") -> np.ndarray:
+    """Per-problem mean correctness of ``run`` at a checkpoint row: the evaluation at ``step``, or the mean
+    over the evaluations of :func:`window_steps`."""
     steps, x = sweep.scores(run)
-    return x[np.flatnonzero(steps == step)[0]]
+    return np.mean([x[np.flatnonzero(steps == s)[0]] for s in window_steps(sweep, run, checkpoint, step)], axis=0)
 
 
 def arm_scores(sweep: Sweep, cps: pd.DataFrame) -> dict[str, tuple[list[str], np.ndarray]]:
     """Per method: its runs and their per-problem scores (S, n) at the steps of ``cps`` (one checkpoint)."""
     out: dict[str, tuple[list[str], list[np.ndarray]]] = {}
-    for run, _, step in cps.itertuples(index=False):
+    for run, cp, step in cps.itertuples(index=False):
         runs, rows = out.setdefault(sweep.runs.at[run, "method"], ([], []))
         runs.append(run)
-        rows.append(_scores_at(sweep, run, step))
+        rows.append(_scores_at(sweep, run, step, cp))
     return {m: (runs, np.stack(rows)) for m, (runs, rows) in out.items()}
 
 
@@ -135,7 +153,7 @@ def comparison_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", 
     rows = []
     if cps.empty:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
-    x = np.stack([_scores_at(sweep, r, s) for r, s in zip(cps["run"], cps["step"], strict=True)])
+    x = np.stack([_scores_at(sweep, r, s, cp) for r, cp, s in cps.itertuples(index=False)])
     summ = set_summaries(x, sweep.set_slices, resampler)
     for i, (run, cp, step) in enumerate(cps.itertuples(index=False)):
         method, seed = sweep.runs.at[run, "method"], sweep.runs.at[run, "seed"]
@@ -278,10 +296,10 @@ def passk_table(sweep: Sweep, checkpoints: Sequence[str | int] = ("final", "best
     labels = set_labels(sweep)
     rows = []
     for run, cp, step in cps.itertuples(index=False):
-        c = np.rint(_scores_at(sweep, run, step) * sweep.k).astype(int)
+        counts = [np.rint(_scores_at(sweep, run, s) * sweep.k).astype(int) for s in window_steps(sweep, run, cp, step)]
         method, seed = sweep.runs.at[run, "method"], sweep.runs.at[run, "seed"]
-        for k in ks:
-            per_problem = pass_at_k(c, sweep.k, k)
+        for k in ks:  # over a window: the mean of each evaluation's pass@k
+            per_problem = np.mean([pass_at_k(c, sweep.k, k) for c in counts], axis=0)
             per_set = [per_problem[sl].mean() for sl in sweep.set_slices]
             for ds, value in zip(labels, [*per_set, np.mean(per_set)], strict=True):
                 rows.append({"method": method, "seed": seed, "run": run, "data_source": ds, "checkpoint": cp,
@@ -398,5 +416,5 @@ def retest_band(retest: pd.DataFrame) -> pd.DataFrame:
 def per_problem_table(sweep: Sweep, checkpoint: str | int = "final") -> pd.DataFrame:
     """Per-problem mean correctness at ``checkpoint``: one row per evaluated run, columns (set, problem)."""
     cps = checkpoint_steps(sweep, [checkpoint])
-    x = np.stack([_scores_at(sweep, r, s) for r, s in zip(cps["run"], cps["step"], strict=True)])
+    x = np.stack([_scores_at(sweep, r, s, cp) for r, cp, s in cps.itertuples(index=False)])
     return pd.DataFrame(x, index=pd.Index(cps["run"], name="run"), columns=sweep.correct.columns)

@@ -206,3 +206,56 @@ def test_retest_table_from_repeated_evaluations(tmp_path):
     assert avg["predicted_sd"] == pytest.approx(math.sqrt(a["predicted_sd"] ** 2 + b["predicted_sd"] ** 2) / 2)
     band = retest_band(rt).set_index(["run", "data_source"])
     assert band.at[("pg-seed1", "a"), "sd"] == pytest.approx(a["sd"]) and band.at[("pg-seed1", "a"), "n_repeats"] == 3
+
+
+# -- the late-window endpoint (--checkpoint last_quarter) ----------------------------------------------------
+WINDOW_COUNTS = {  # correct samples out of 4 per problem; evaluations at 0, 10, 15, 20 -> the window is {15, 20}
+    "pg": {0: [0, 1, 2], 10: [4, 4, 4], 15: [1, 2, 3], 20: [3, 2, 1]},
+    "sc": {0: [0, 1, 2], 10: [0, 0, 0], 15: [4, 4, 0], 20: [2, 4, 0]},
+}
+
+
+@pytest.fixture(scope="module")
+def windowed(tmp_path_factory):
+    from analysis.synthetic import counts_to_acc, write_run
+
+    root = tmp_path_factory.mktemp("windowed")
+    for method, evals in WINDOW_COUNTS.items():
+        acc = {step: {"alpha": counts_to_acc(c, 4)} for step, c in evals.items()}
+        write_run(root / f"{method}-seed1", method=method, seed=1, evals=acc, total_steps=20)
+    return load_sweep(root)
+
+
+def test_last_quarter_averages_the_window_per_problem(windowed):
+    from analysis.tables import LAST_QUARTER, window_steps
+
+    cps = checkpoint_steps(windowed, [LAST_QUARTER])
+    assert set(cps["checkpoint"]) == {LAST_QUARTER} and set(cps["step"]) == {20}
+    assert window_steps(windowed, "pg-seed1", LAST_QUARTER, 20) == [15, 20]  # 10 < 0.75 * 20 is left out
+    table = per_problem_table(windowed, LAST_QUARTER)
+    for method, evals in WINDOW_COUNTS.items():
+        expected = (np.array(evals[15]) + np.array(evals[20])) / 2 / 4
+        assert np.allclose(table.loc[f"{method}-seed1"].to_numpy(), expected)
+    comp = comparison_table(windowed, [LAST_QUARTER], resampler=Resampler(n_boot=100))
+    row = _row(comp, run="sc-seed1", data_source="alpha", checkpoint=LAST_QUARTER)
+    assert row["mean_at_k"] == pytest.approx(np.mean((np.array([4, 4, 0]) + np.array([2, 4, 0])) / 8))
+    final = _row(comparison_table(windowed, ["final"], resampler=Resampler(n_boot=100)),
+                 run="sc-seed1", data_source="alpha", checkpoint="final")
+    assert final["mean_at_k"] != pytest.approx(row["mean_at_k"])  # the window is not the last step alone
+
+
+def test_last_quarter_pass_at_k_is_the_window_mean(windowed):
+    from analysis.tables import LAST_QUARTER
+
+    pk = passk_table(windowed, [LAST_QUARTER], ks=(2,))
+    row = _row(pk, run="pg-seed1", data_source="alpha", checkpoint=LAST_QUARTER, k=2)
+    per_step = [pass_at_k(np.array(WINDOW_COUNTS["pg"][s]), 4, 2).mean() for s in (15, 20)]
+    assert row["pass_at_k"] == pytest.approx(np.mean(per_step))
+
+
+def test_last_quarter_is_a_checkpoint_the_command_line_takes():
+    from analysis.report import parse_checkpoints
+
+    assert parse_checkpoints("final,last_quarter") == ["final", "last_quarter"]
+    with pytest.raises(ValueError, match="last_quarter"):
+        parse_checkpoints("late")
