@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.verl_backend import run_files
-from runners.verl_backend.checkpoints import (
+from runners.verl.backend import run_files
+from runners.verl.backend.checkpoints import (
     TEST_SET_SELECTION,
     CheckpointError,
     apply_retention,
@@ -23,8 +23,8 @@ from runners.verl_backend.checkpoints import (
     merger_command,
     plan_retention,
 )
-from runners.verl_backend.checkpoints import main as ckpt_main
-from runners.verl_backend.export_check import tensor_summary
+from runners.verl.backend.checkpoints import main as ckpt_main
+from runners.verl.backend.export_check import tensor_summary
 
 EVAL = {0: (0.1, 0.1), 2: (0.3, 0.3), 4: (0.6, 0.4), 6: (0.5, 0.5)}  # step -> (aime2024, aime2025) mean@8
 

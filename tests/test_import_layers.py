@@ -165,6 +165,6 @@ def test_runners_never_import_analysis():
 def test_the_capacity_plans_copy_of_the_head_layout_agrees():
     """The capacity plan keeps its own figure of the head's bytes per id so that it imports no backend."""
     from runners.capacity.estimate import HEAD_BYTES_PER_ID
-    from runners.verl_head.head_layout import BYTES_PER_TOKEN_PER_ID
+    from runners.verl.head.head_layout import BYTES_PER_TOKEN_PER_ID
 
     assert HEAD_BYTES_PER_ID == BYTES_PER_TOKEN_PER_ID

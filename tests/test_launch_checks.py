@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from runners.config import config_checks
 from runners.config.config_error import ConfigError
-from runners.verl_backend import checks
+from runners.verl.backend import checks
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = [sys.executable, str(REPO / "runners" / "launch.py")]
@@ -133,7 +133,7 @@ def test_sequence_parallel_and_micro_batches_agree_with_the_model_and_the_batch(
 
 
 def test_max_logprobs_below_top_k_through_extra_overrides_is_a_config_error(tmp_path):
-    from runners.verl_backend import overrides as ovr
+    from runners.verl.backend import overrides as ovr
 
     cfg = verl_cfg(tmp_path, "method.top_k=129",
                    "backend.extra_overrides=['actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=128']")

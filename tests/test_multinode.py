@@ -18,9 +18,9 @@ from runners.capacity.estimate import evaluate, inputs_of
 from runners.capacity.fixes import MORE_NODES_EFFECT
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
-from runners.verl_backend import overrides as ovr
-from runners.verl_backend import ray_cluster, run_files
-from runners.verl_backend.checks import validate
+from runners.verl.backend import overrides as ovr
+from runners.verl.backend import ray_cluster, run_files
+from runners.verl.backend.checks import validate
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 REFERENCE = "+experiment=qwen3_4b_sc_repro"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from runners.verl_backend import resume_point, run_files
-from runners.verl_backend.ingest import IngestError, merge_attempts, read_attempts
+from runners.verl.backend import resume_point, run_files
+from runners.verl.backend.ingest import IngestError, merge_attempts, read_attempts
 
 
 def write_attempt(run: Path, number: int, resumed_at: int, last: int) -> None:

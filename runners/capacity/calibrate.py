@@ -1,6 +1,6 @@
 """The plan's time replanned from a verl run's first steps: ``python -m runners.capacity --from-run RUN_DIR``.
 
-A verl run folder (docs/run_contract.md; :mod:`runners.verl_backend.ingest` reads the same files) holds the
+A verl run folder (docs/run_contract.md; :mod:`runners.verl.backend.ingest` reads the same files) holds the
 resolved ``config.yaml`` and each attempt's file-logger lines, ``verl/attempt-NNN/metrics.jsonl``. Of its
 first ``steps`` train steps (later attempts winning, as in ingestion) :func:`first_steps` takes the median of
 the timers verl 0.9.1's V1 ``separate_async`` trainer logs (``verl/trainer/ppo/v1/trainer_base.py``, ``fit`` and
@@ -16,7 +16,7 @@ the timers verl 0.9.1's V1 ``separate_async`` trainer logs (``verl/trainer/ppo/v
 * ``timing_s/testing``: an evaluation, on the line of the step it follows.
 
 and the lengths: ``response_length/mean`` over the cap, the share at the cap
-(:func:`runners.verl_backend.ingest.truncation_ratio`), ``perf/mfu/actor`` (the plan's ``train_mfu``) and the
+(:func:`runners.verl.backend.ingest.truncation_ratio`), ``perf/mfu/actor`` (the plan's ``train_mfu``) and the
 evaluation's ``val-aux/<set>/response_length/mean@n``.
 
 **Which side bounds the step.** The trainer consumes one batch a step; in the steady state the replicas produce
@@ -101,7 +101,7 @@ def _median(values: list[Any]) -> float | None:
 
 def first_steps(run_dir: Path, cap: int, steps: int = 10) -> FirstSteps:
     """The medians of the first ``steps`` train steps of the run in ``run_dir`` (the module docstring)."""
-    from runners.verl_backend import ingest
+    from runners.verl.backend import ingest
 
     try:
         train, val = ingest.merged_rows(ingest.read_attempts(run_dir))

@@ -24,7 +24,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 
 def is_rehearsal(cfg: Any) -> bool:
     """Does ``cfg`` launch the rehearsal: the verl launch on a CPU (``backend.platform=cpu``,
-    :mod:`runners.verl_cpu.rehearsal`)?"""
+    :mod:`runners.verl.platform.rehearsal.swaps`)?"""
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, "backend.platform", default="gpu") == "cpu"

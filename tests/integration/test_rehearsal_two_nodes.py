@@ -37,11 +37,11 @@ from pathlib import Path
 
 import pytest
 
-from runners import verl_cpu
 from runners.run import contract_check
-from runners.verl_backend import run_files
-from runners.verl_backend.checkpoints import list_checkpoints
-from runners.verl_cpu import rehearsal as cpu_rehearsal
+from runners.verl.backend import run_files
+from runners.verl.backend.checkpoints import list_checkpoints
+from runners.verl.platform import rehearsal as verl_cpu
+from runners.verl.platform.rehearsal import swaps as cpu_rehearsal
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside this file (pytest runs in importlib mode)
 from test_rehearsal import (  # noqa: E402

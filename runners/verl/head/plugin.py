@@ -1,0 +1,21 @@
+"""Imported at ``import verl`` in every process of an SC arm on the project's head transport
+(``VERL_USE_EXTERNAL_MODULES``, set by the launcher): registers the head-reading FSDP engine in verl's
+``EngineRegistry`` and, off the CPU platform, the head-capturing vLLM replica under verl's rollout
+name ``vllm`` (lazily: vLLM is imported only where verl builds a replica). The CPU rehearsal keeps its
+own rollout (``runners.verl.platform.rehearsal``), which answers the same head request.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+from runners.verl.head import cpu_platform_selected as cpu_platform
+from runners.verl.head import engine  # noqa: F401 - registers HeadEngine
+
+VLLM_ROLLOUT = "vllm"
+
+if not cpu_platform():
+    RolloutReplicaRegistry.register(
+        VLLM_ROLLOUT, lambda: importlib.import_module("runners.verl.head.vllm_server").HeadVLLMReplica)

@@ -1,0 +1,31 @@
+"""The ``verl.plugins`` entry point of the CPU platform: registers it only when it is selected.
+
+verl imports every ``verl.plugins`` entry point at ``import verl`` in every process (and swallows
+an entry point's import error); the rehearsal also names this module in
+``VERL_USE_EXTERNAL_MODULES``, where a failed import is loud. With ``VERL_PLATFORM`` anything but
+``cpu`` importing this module changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from runners.verl.head import cpu_platform_selected
+from runners.verl.platform.rehearsal import HEAD_ROLLOUT_NAME, ROLLOUT_ENV, VLLM_ROLLOUT
+
+
+def selected() -> bool:
+    """Is this platform selected (``VERL_PLATFORM=cpu``)?"""
+    return cpu_platform_selected()
+
+
+if selected():
+    import importlib
+
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from runners.verl.platform.rehearsal import platform, rollout, weight_sync  # noqa: F401 - registration on import
+
+    if os.environ.get(ROLLOUT_ENV) == VLLM_ROLLOUT:  # vLLM's CPU build instead of the stand-in, imported lazily
+        RolloutReplicaRegistry.register(
+            HEAD_ROLLOUT_NAME, lambda: importlib.import_module("runners.verl.platform.rehearsal.vllm_cpu.server").CpuVLLMReplica)

@@ -1,0 +1,96 @@
+"""Which head transport an SC arm uses on the installed verl (verl's own where it has the seam module of
+8718ca30, else the project's), and whether the installed verl has what that transport relies on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from functools import lru_cache
+
+from runners.verl.revisions.lookup import declares, source_file
+from runners.verl.revisions.newer_keys import NEWER_KEYS, SEAM_MODULE, SEAM_NAMES
+from runners.verl.revisions.project_slots import PROJECT_SLOTS
+from runners.verl.revisions.releases import (
+    INSTALL_COMMAND,
+    PYPI,
+    REQUIRED_COMMIT,
+    REQUIRED_COMMIT_SHORT,
+    SCORE_CENTERING,
+)
+
+
+class ScoreCenteringUnsupported(ValueError, RuntimeError):
+    """The installed verl cannot run an SC arm (a ValueError too: it is found before any compute)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    """How an SC arm's sampler head reaches the trainer's logits."""
+
+    name: str
+    summary: str
+
+
+VERL_TRANSPORT = Transport("verl", f"verl's own (verl {SCORE_CENTERING.name} or later: rollout.topk_log_probs), with "
+                           "the project's correction installed in verl's slot (runners.verl.backend.sc_seam)")
+PROJECT_TRANSPORT = Transport("project", "the project's, through verl's slots (runners.verl.head: a vLLM server class "
+                              "chosen by the replica registry, the agent-loop manager chosen by config, the FSDP "
+                              "engine chosen by vendor key), with the project's correction in the engine's "
+                              "logits-processor slot")
+
+
+def transport() -> Transport:
+    """The transport an SC arm uses on the installed verl: verl's own where it has :data:`SEAM_MODULE`,
+    else the project's (read from the installed files, without importing verl)."""
+    return VERL_TRANSPORT if source_file(SEAM_MODULE) is not None else PROJECT_TRANSPORT
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+    ok: bool
+    verl_version: str
+    transport: str  # the name of the transport an SC arm uses
+    missing: tuple[str, ...]  # what the installed verl lacks of it, in words
+
+    def message(self, what: str = "an SC arm") -> str:
+        lacks = "; ".join(self.missing) or "nothing"
+        return (f"{what} cannot run on the installed verl {self.verl_version}: it would use the {self.transport} "
+                f"head transport, and the installed verl lacks: {lacks}. The project's transport needs verl "
+                f"{PYPI.name}'s slots ({PYPI.install}); verl's own needs verl commit {REQUIRED_COMMIT_SHORT} "
+                f"({REQUIRED_COMMIT}) or later: {INSTALL_COMMAND}")
+
+
+def _verl_transport_missing() -> list[str]:
+    missing: list[str] = []
+    module = importlib.import_module(SEAM_MODULE)
+    missing += [f"{SEAM_MODULE}.{n}" for n in SEAM_NAMES if not hasattr(module, n)]
+    for where in dict.fromkeys(e.declared_in for e in NEWER_KEYS):
+        if not declares(*where):
+            missing.append(f"{where[1]}.{where[2]}")
+    return missing
+
+
+@lru_cache(maxsize=1)
+def check() -> Support:
+    """Inspect the installed verl (imports it: slow the first time in a process): the transport an SC
+    arm uses and whether the installed verl has what it relies on."""
+    import verl
+
+    chosen = transport()
+    missing = _verl_transport_missing() if chosen is VERL_TRANSPORT else [
+        f"{slot.where} ({slot.what})" for slot in PROJECT_SLOTS if not slot.holds()]
+    return Support(ok=not missing, verl_version=str(getattr(verl, "__version__", "unknown")), transport=chosen.name,
+                   missing=tuple(missing))
+
+
+def supported() -> bool:
+    return check().ok
+
+
+def require(what: str = "an SC arm") -> None:
+    """Raise :class:`ScoreCenteringUnsupported`, naming what the installed verl lacks, if unsupported."""
+    support = check()
+    if not support.ok:
+        raise ScoreCenteringUnsupported(support.message(what))
