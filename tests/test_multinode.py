@@ -21,6 +21,7 @@ from runners.config.hydra_override import parse
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend import ray_cluster, run_files
 from runners.verl.backend.checks import validate
+from runners.verl.backend.verl_run import VerlRun
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 REFERENCE = "+experiment=qwen3_4b_sc_repro"
@@ -34,7 +35,7 @@ def composed(*overrides: str, hydra: bool = False):
 
 def init_keys(cfg, tmp_path) -> dict:
     paths = run_files.AttemptPaths(tmp_path / "run", 1)
-    values = {k: v for k, v, _ in map(parse, ovr.build_overrides(cfg, paths))}
+    values = {k: v for k, v, _ in map(parse, ovr.build_overrides(VerlRun.of(cfg), paths))}
     return {k.removeprefix("ray_kwargs.ray_init."): v for k, v in values.items()
             if k.startswith("ray_kwargs.ray_init.") and ".runtime_env." not in k}
 

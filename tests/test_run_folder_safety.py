@@ -30,6 +30,7 @@ from runners.run import run_lock, run_record
 from runners.run.contract_check import check_run_dir
 from runners.run.provenance import config_sha256
 from runners.run.run_record import RunRecord, atomic_write_text
+from runners.verl.backend.verl_run import VerlRun
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -154,7 +155,7 @@ def test_verl_attempt_takes_the_same_lock(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(run_lock.RunFolderBusy, match=rf"in use by pid {holder.pid} on host"):
-            verl_launch.launch(cfg, run_dir)
+            verl_launch.launch(VerlRun.of(cfg), run_dir)
     finally:
         holder.kill()
         holder.wait()

@@ -35,6 +35,7 @@ from runners.verl import backend as verl_backend
 from runners.verl import head as verl_head
 from runners.verl.backend import dry_run, launch, run_files, sc_seam
 from runners.verl.backend import overrides as ovr
+from runners.verl.backend.verl_run import VerlRun
 from runners.verl.head import correction
 from runners.verl.revisions import config_facts, installed, newer_keys, project_slots, releases
 
@@ -186,7 +187,7 @@ ALG_RC = "algorithm.rollout_correction"
 def test_overrides_carry_every_reference_setting(tmp_path, arm):
     cfg = project_cfg(tmp_path, method=arm)
     run_dir = run_dir_of(cfg)
-    got = as_dict(launch.build_spec(cfg, run_dir).overrides)
+    got = as_dict(launch.build_spec(VerlRun.of(cfg), run_dir).overrides)
     for row, key, want in reference_settings(tmp_path / "data", run_dir):
         if key == "actor_rollout_ref.model.lora_rank":  # verl's default (0) is what full-parameter means
             assert key not in got, row
@@ -199,7 +200,7 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     for side in (ALG_RC, ACT_RC):
         assert got[f"{side}.rollout_is"] == rollout_is
         assert got[f"{side}.rollout_is_threshold"] == threshold
-    project_transport = sc and installed.transport() is installed.PROJECT_TRANSPORT
+    project_transport = sc and installed.head_carrier() is installed.PROJECT_CARRIES
     if sc and not project_transport:  # verl's own transport: top-128 head from vLLM, verl's slot on at both ends
         assert got["actor_rollout_ref.rollout.topk_log_probs"] == 128
         assert got[f"{ALG_RC}.score_centering"] is True
@@ -228,10 +229,10 @@ def test_distinct_lowercase_eval_sources(tmp_path):
 
 def test_every_override_round_trips_through_hydra(tmp_path):
     cfg = project_cfg(tmp_path, ho.override("data.dir", tmp_path / "a dir, with: odd=chars"))
-    for item in launch.build_spec(cfg, run_dir_of(cfg)).overrides:
+    for item in launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides:
         key, value, prefix = ho.parse(item)
         assert ho.override(key, value, add=bool(prefix)) == item
-    got = as_dict(launch.build_spec(cfg, run_dir_of(cfg)).overrides)
+    got = as_dict(launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides)
     assert got["data.train_files"][0].startswith(str(tmp_path / "a dir, with: odd=chars"))
     for value in [1e-6, 2.0, -1, True, None, "x,y", "it's", "a b", "[1]", "pkg://a.b", "1.5", "null"]:
         assert ho.parse(f"k={ho.format_value(value)}")[1] == value
@@ -242,14 +243,14 @@ def test_every_override_round_trips_through_hydra(tmp_path):
 def test_every_arm_composes_and_validates_against_installed_verl(tmp_path, arm):
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method=arm)
     verl_backend.validate(cfg)
-    spec = launch.build_spec(cfg, run_dir_of(cfg))
+    spec = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg))
     report = dry_run.check_against_installed_verl(spec.overrides, score_centering=arm in SC_ARMS)
     assert report["status"] == "passed"
     verl_cfg = OmegaConf.create(report["verl_config"])
     assert verl_cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ARM[arm][0]
     rows = {r["key"]: r for r in report["newer_keys"]}
     transport = report["score_centering_transport"]
-    if arm in SC_ARMS and installed.transport() is installed.PROJECT_TRANSPORT:  # verl 0.9.1: no newer key, nothing to install
+    if arm in SC_ARMS and installed.head_carrier() is installed.PROJECT_CARRIES:  # verl 0.9.1: no newer key, nothing to install
         assert transport["name"] == "project" and rows == {} and report["seam_installed"] is False
         assert report["score_centering_support"] is True and report["score_centering_missing"] == []
     elif arm in SC_ARMS:
@@ -265,7 +266,7 @@ def test_the_engine_follows_the_torch_compile_knob(tmp_path, compile_):
     follow actor.use_torch_compile: the knob must reach the engine (found by the rehearsal: it compiled
     with the knob off, 25 s per arm on a CPU)."""
     cfg = project_cfg(tmp_path, "backend.dry_run=true", f"backend.actor.use_torch_compile={compile_}", method="pg")
-    report = dry_run.check_against_installed_verl(launch.build_spec(cfg, run_dir_of(cfg)).overrides)
+    report = dry_run.check_against_installed_verl(launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides)
     actor = OmegaConf.create(report["verl_config"]).actor_rollout_ref.actor
     assert (actor.use_torch_compile, actor.fsdp_config.use_torch_compile) == (compile_, compile_)
 
@@ -278,13 +279,13 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     out = run_files.dry_run_dir(run_dir)
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "passed" and report["attempt"] == 1
-    spec = launch.build_spec(cfg, run_dir)
+    spec = launch.build_spec(VerlRun.of(cfg), run_dir)
     assert (out / "overrides.txt").read_text().splitlines() == spec.overrides
     assert (out / "command.txt").read_text().strip() == spec.command_line() == report["command"]
     script = (out / "launch.sh").read_text()
     assert os.access(out / "launch.sh", os.X_OK)
     assert "exec " in script and "-m verl.trainer.main_ppo" in script
-    sc_module = verl_head.PLUGIN_MODULE if installed.transport() is installed.PROJECT_TRANSPORT else "runners.verl.backend.sc_hook"
+    sc_module = verl_head.PLUGIN_MODULE if installed.head_carrier() is installed.PROJECT_CARRIES else "runners.verl.backend.sc_hook"
     assert f"export VERL_USE_EXTERNAL_MODULES=ablations.registry,{sc_module}" in script
     assert OmegaConf.load(out / "verl_config.yaml").trainer.total_training_steps == 500
     assert not run_files.attempts(run_dir), "a dry run must not start an attempt"
@@ -296,7 +297,7 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
 def test_the_transports_settings_are_checked(tmp_path):
     """What the arm's head transport needs of verl's config, each broken once: the dry run names it."""
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method="sc_tis")
-    good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+    good = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides
 
     def with_change(old_prefix: str, new: str) -> list[str]:
         changed = [new if ho.parse(o)[0] == old_prefix else o for o in good]
@@ -304,7 +305,7 @@ def test_the_transports_settings_are_checked(tmp_path):
         return changed
 
     rollout = "actor_rollout_ref.rollout"
-    if installed.transport() is installed.PROJECT_TRANSPORT:  # built here: its keys exist on this transport only
+    if installed.head_carrier() is installed.PROJECT_CARRIES:  # built here: its keys exist on this transport only
         project_cases = {  # verl 0.9.1: the project's transport
             f"custom.{verl_head.CUSTOM_KEY} must be an integer >= 1": with_change(
                 f"{rollout}.custom.{verl_head.CUSTOM_KEY}", f"++{rollout}.custom.{verl_head.CUSTOM_KEY}=0"),
@@ -352,7 +353,7 @@ def test_dry_run_checks_the_data_sources_of_existing_files(tmp_path):
     import pyarrow.parquet as pq
 
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method="pg")
-    overrides = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+    overrides = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides
     write_data(cfg)
     report = dry_run.check_against_installed_verl(overrides)
     assert not any("does not exist" in n for n in report["notes"])
@@ -417,7 +418,7 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
     starts, naming what is missing and both ways to get a verl that carries the head."""
     cfg = project_cfg(tmp_path, method=arm)
     write_data(cfg)
-    if installed.transport() is installed.PROJECT_TRANSPORT:
+    if installed.head_carrier() is installed.PROJECT_CARRIES:
         monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
             project_slots.Slot(s.where, s.what, (lambda: False) if "FullyAsync" in s.where else s.holds) for s in installed.PROJECT_SLOTS))
         lacking = "FullyAsyncLLMServerClient.generate"
@@ -437,7 +438,7 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
     assert not run_files.attempts(run_dir_of(cfg))
 
 
-@pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+@pytest.mark.skipif(installed.head_carrier() is installed.VERL_CARRIES, reason="the installed verl has the seam (8718ca30)")
 def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": ovr.SC_HOOK_MODULE}
     proc = subprocess.run(
@@ -493,7 +494,7 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
         assert "step:3" in log_text
         argv = json.loads(log_text.split("argv ", 1)[1].splitlines()[0])
         assert argv[:2] == ["-m", "verl.trainer.main_ppo"]
-        assert argv[2:] == launch.build_spec(cfg, run_dir, attempt).argv[3:]
+        assert argv[2:] == launch.build_spec(VerlRun.of(cfg), run_dir, attempt).argv[3:]
         assert paths.file_logger.exists() and paths.launch_script.exists()
         assert calls[-1] == (run_dir, cfg.run_name, "failed" if status else None)
     assert run_files.attempts(run_dir) == [1, 2]
@@ -600,13 +601,13 @@ def test_install_refuses_a_changed_seam():
         sc_seam.install(sc)
 
 
-@pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+@pytest.mark.skipif(installed.head_carrier() is installed.VERL_CARRIES, reason="the installed verl has the seam (8718ca30)")
 def test_install_on_a_verl_without_the_seam_raises_the_clear_error():
     with pytest.raises(installed.ScoreCenteringUnsupported, match=releases.REQUIRED_COMMIT):
         sc_seam.install()
 
 
-@pytest.mark.skipif(installed.transport() is not installed.VERL_TRANSPORT,
+@pytest.mark.skipif(installed.head_carrier() is not installed.VERL_CARRIES,
                     reason="needs verl's own score-centering transport (commit 8718ca30, optional)")
 def test_install_on_supporting_verl_patches_the_real_seam():
     import importlib
@@ -664,7 +665,7 @@ def test_dry_run_calls_the_loss_on_verls_converted_config(tmp_path):
 
     try:
         cfg = project_cfg(tmp_path, "backend.dry_run=true", method="tis")
-        good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+        good = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides
         bad = [o if ho.parse(o)[0] != "actor_rollout_ref.actor.policy_loss.loss_mode"
                else "actor_rollout_ref.actor.policy_loss.loss_mode=test_attribute_reader" for o in good]
         with pytest.raises(ValueError, match="fails on verl's converted actor config"):

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from runners.verl.backend import run_files
 from runners.verl.backend.ingest import IngestError, ingest_run
 from runners.verl.backend.ingest import main as ingest_main
+from runners.verl.backend.verl_run import VerlRun
 
 CAP = 16
 PROBLEMS = {"aime2024": ["aime2024-00", "aime2024-01"], "aime2025": ["aime2025-00", "aime2025-01"]}
@@ -389,7 +390,7 @@ def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch
         calls.clear()
         monkeypatch.setattr(verl_launch.subprocess, "Popen", lambda *a, _r=raised, **k: Proc(_r))
         with pytest.raises(raised):
-            verl_launch._attempt(cfg, tmp_path, lock_fd=0)
+            verl_launch._attempt(VerlRun.of(cfg), tmp_path, lock_fd=0)
         assert calls == [(False, status)]
 
 
@@ -410,6 +411,7 @@ def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine)
 def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
     """vLLM's CPU engine leaves its IPC socket files in a folder under the temporary folder; the launcher
     removes it once the attempt has ended (the stand-in has none)."""
+    from runners.verl.platform import platform_for
     from runners.verl.platform.rehearsal import swaps as rehearsal
 
     monkeypatch.setattr(rehearsal.tempfile, "gettempdir", lambda: str(tmp_path))
@@ -419,7 +421,7 @@ def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "socket-left-by-vllm").write_text("")
         cfg = OmegaConf.create({"backend": {"platform": "cpu", "rehearsal_rollout": rollout}})
-        rehearsal.tidy_after_attempt(cfg, state)
+        platform_for(cfg).tidy_after_attempt(state)
         assert folder.exists() is kept
 
 

@@ -50,7 +50,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.capacity import launch_checks
 from runners.capacity.estimate import Inputs, evaluate, inputs_of
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 
 #: The timers of verl 0.9.1's V1 separate_async trainer (the module docstring), by the names used here.
@@ -294,7 +293,7 @@ def calibrate(run_dir: str | Path, changes: list[str] | None = None, steps: int 
             "at_measured_lengths": _time_summary(plan_at_measured), "fitted": _time_summary(fitted),
             "fitted_decode_bandwidth_efficiency": fitted_efficiency, "fit_exact": exact, "projection": projection,
             "recommendation": recommendation, "first_over_measured": ratios, "slower_than_planned": slow,
-            "rehearsal": is_rehearsal(cfg),
+            "rehearsal": OmegaConf.select(cfg, "backend.platform", default="gpu") == "cpu",  # the run's recorded platform
             "overrides": " ".join(f"backend.capacity.time.{k}={v:.4g}" for k, v in recommendation["overrides"].items())}
 
 

@@ -21,7 +21,6 @@ from runners.capacity import rollout_memory as rollout_mem
 from runners.capacity import trainer_memory as trainer_mem
 from runners.capacity.nodes import Nodes
 from runners.capacity.shapes import ModelConfigError, ModelShape, shape_of
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -73,14 +72,14 @@ class Inputs:
 
 
 def known_shape(cfg: DictConfig) -> tuple[ModelShape, str] | None:
-    """``(shape, where it was read)`` of the trained model: the rehearsal's tiny Qwen3
-    (:func:`runners.tiny.model.shape_config`: its yaml and tokenizer), else ``model.path``'s config.json
+    """``(shape, where it was read)`` of the trained model: one of the project's tiny models, as the rehearsal
+    trains (:func:`runners.tiny.model.tiny_model_yaml`; its shape from its yaml and tokenizer), else ``model.path``'s config.json
     (:func:`runners.capacity.shapes.shape_of`); None when no config.json is found (before verl downloads it),
     a :class:`ModelConfigError` naming ``model.path`` for one that is found but gives no shape."""
-    if is_rehearsal(cfg):  # the rehearsal trains the tiny model
-        from runners.tiny.model import DEFAULT_MODEL_YAML, shape_config
+    from runners.tiny.model import shape_config, tiny_model_yaml
 
-        return ModelShape.from_config(shape_config()), str(DEFAULT_MODEL_YAML)
+    if (tiny := tiny_model_yaml(cfg)) is not None:  # the rehearsal trains the tiny model: no config.json before it
+        return ModelShape.from_config(shape_config(tiny)), str(tiny)
     try:
         return shape_of(str(cfg.model.path))
     except ModelConfigError as err:

@@ -42,7 +42,7 @@ from runners.run import contract_check
 from runners.verl.backend import resume_point, run_files
 from runners.verl.backend.checkpoints import list_checkpoints
 from runners.verl.platform import rehearsal as verl_cpu
-from runners.verl.platform.rehearsal import swaps as cpu_rehearsal
+from runners.verl.platform.rehearsal import limits as cpu_rehearsal
 from runners.verl.platform.rehearsal.vllm_cpu.segments import live_pids, mapped_files
 
 REPO = Path(__file__).resolve().parents[2]

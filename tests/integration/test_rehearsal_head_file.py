@@ -23,7 +23,7 @@ import pytest
 
 from runners.run import contract_check
 from runners.verl.head import HEAD_PROCESSOR
-from runners.verl.platform.rehearsal import swaps as cpu_rehearsal
+from runners.verl.platform.rehearsal import limits as cpu_rehearsal
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-4  # tests/integration/test_rehearsal.py's SAME_WEIGHTS_TOLERANCE

@@ -41,7 +41,7 @@ from runners.run import contract_check
 from runners.verl.backend import run_files
 from runners.verl.backend.checkpoints import list_checkpoints
 from runners.verl.platform import rehearsal as verl_cpu
-from runners.verl.platform.rehearsal import swaps as cpu_rehearsal
+from runners.verl.platform.rehearsal import limits as cpu_rehearsal
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside this file (pytest runs in importlib mode)
 from test_rehearsal import (  # noqa: E402

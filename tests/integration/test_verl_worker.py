@@ -89,7 +89,7 @@ def test_worker_resolves_the_arms_loss(arm, reports):
     r = reports[arm]
     assert r["task_runner"] == "TaskRunnerV1"  # verl's main took the V1 path after validate_config
     assert r["policy_loss"] == POLICY_LOSSES[arm]
-    if arm in SC_ARMS and r["transport"] == installed.VERL_TRANSPORT.name:  # 8718ca30: its dispatcher, the project's correction
+    if arm in SC_ARMS and r["transport"] == installed.VERL_CARRIES.name:  # 8718ca30: its dispatcher, the project's correction
         assert r["loss_fn"] == "score_centering_ppo_loss"
         assert r["logits_processor"] == "runners.verl.backend.sc_seam.project_logits_processor"
         assert r["project_centering_calls"] >= 2  # once per micro-batch
@@ -140,7 +140,7 @@ def test_sc_arms_stop_before_compute_where_the_transport_lacks_a_slot(arm, tmp_p
     from runners.verl import backend as verl_backend
     from runners.verl.backend import overrides as ovr
 
-    if installed.transport() is installed.PROJECT_TRANSPORT:
+    if installed.head_carrier() is installed.PROJECT_CARRIES:
         slot = next(s for s in installed.PROJECT_SLOTS if s.where.endswith("agent_loop_manager_class"))
         monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
             project_slots.Slot(s.where, s.what, (lambda: False) if s is slot else s.holds) for s in installed.PROJECT_SLOTS))

@@ -107,6 +107,7 @@ def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], obj
     from omegaconf import OmegaConf
 
     from runners.verl.backend import launch
+    from runners.verl.backend.verl_run import VerlRun
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
@@ -114,7 +115,7 @@ def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], obj
             f"results_root={tmp / 'results'}", f"data.dir={tmp / 'data'}", *CPU_PROJECT_OVERRIDES,
         ])
     OmegaConf.resolve(cfg)
-    spec = launch.build_spec(cfg, Path(cfg.results_root) / cfg.sweep / cfg.run_name)
+    spec = launch.build_spec(VerlRun.of(cfg), Path(cfg.results_root) / cfg.sweep / cfg.run_name)
     return [*spec.overrides, f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES], cfg, spec.env
 
 
@@ -304,7 +305,7 @@ def _plain(value):
 def verls_own_transport() -> bool:
     from runners.verl.revisions import installed
 
-    return installed.transport() is installed.VERL_TRANSPORT
+    return installed.head_carrier() is installed.VERL_CARRIES
 
 
 def install_transport(env: dict[str, str]) -> None:
@@ -334,7 +335,7 @@ def run(arm: str, report_path: Path) -> dict:
         overrides, project_cfg, env = verl_overrides(arm, tmp, tmp / "model")
         if project_cfg.method.score_centering:
             install_transport(env)
-        report["transport"] = installed.transport().name
+        report["transport"] = installed.head_carrier().name
         cfg, runner = driver_config(overrides)
         report["task_runner"] = runner
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)

@@ -5,11 +5,11 @@ allows; the launcher prints it as ``config error: <key> ...`` and exits with sta
 first (the schema, the arm, the rules every backend shares); the checks that need verl's composed config run in
 the dry run. These are the verl backend's own rules across keys: what ``separate_async``, the file logger and the
 evaluation sets need, what score centering needs of the keys the project sets
-(:data:`~runners.verl.backend.sc_requirements.SC_REQUIRES`, for the arm's head transport), that the installed verl
+(:data:`~runners.verl.backend.sc_requirements.SC_REQUIRES`, for the arm's head carrier), that the installed verl
 can carry an SC arm's head on a real launch (the error names what it lacks), ``method.top_k`` against the
 vocabulary (:mod:`runners.verl.backend.vocabulary`), what ``backend.extra_overrides`` may hold
-(:func:`extra_overrides`), on the CPU rehearsal what its tiny model can hold (:func:`runners.verl.platform.rehearsal.swaps.check`),
-that a GPU launch fits its GPUs (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
+(:func:`extra_overrides`), what the platform refuses (:meth:`runners.verl.platform.base.Platform.check`: on the
+CPU rehearsal what its tiny model can hold), that a launch on GPUs fits them (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
 too, so a plan that cannot be computed is a config error before the dry run writes or moves anything), and that
 the Ray cluster of ``backend.ray_address`` answers and holds the placement (:func:`runners.verl.backend.ray_cluster.check`,
 not on a dry run).
@@ -35,13 +35,12 @@ from omegaconf.errors import MissingMandatoryValue
 from ablations.arms import ArmSpec
 from runners.capacity.estimate import SEQUENCE_PARALLEL, sequence_parallel
 from runners.capacity.plan import check_fits, known_shape
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend import ray_cluster, sc_requirements
+from runners.verl.backend.verl_run import VerlRun
 from runners.verl.backend.vocabulary import check_top_k
-from runners.verl.platform.rehearsal import swaps as rehearsal
 from runners.verl.revisions import config_facts, installed
 
 _MISSING = object()
@@ -92,13 +91,14 @@ def _check_launch(cfg: DictConfig) -> None:
         _fail("backend.rollout_engine.checkpoint_engine", "naive", "a non-naive backend (nccl, nixl, ...) for separate_async")
     if "file" not in (loggers := list(_value(cfg, "backend.logger"))):
         _fail("backend.logger", loggers, "a list that contains 'file' (metrics ingestion reads it)")
-    transport = installed.transport().name
-    for req in (r for r in sc_requirements.SC_REQUIRES if ArmSpec.of(cfg.method).sc and r.project and r.applies(transport)):
+    carrier = installed.head_carrier().name
+    for req in (r for r in sc_requirements.SC_REQUIRES if ArmSpec.of(cfg.method).sc and r.project and r.applies(carrier)):
         if not req.allows(value := _value(cfg, req.project)):
             _fail(req.project, value, f"{sc_requirements.as_text(req.want)} for score centering ({req.why})")
 
 
-def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
+def _check_data(run: VerlRun, *, dry_run: bool) -> None:
+    cfg = run.cfg
     if not str(_value(cfg, "model.path")):
         _fail("model.path", "", "a Hugging Face model id or a local checkpoint folder")
     _value(cfg, "data.dir")
@@ -110,7 +110,7 @@ def _check_data(cfg: DictConfig, *, dry_run: bool) -> None:
         _fail("data.eval_sets[].name", names, "distinct lowercase names (equal names merge their metrics)")
     if len(set(files := [str(s.file) for s in sets])) != len(files):
         _fail("data.eval_sets[].file", files, "one file per evaluation set")
-    if dry_run or is_rehearsal(cfg):  # the rehearsal writes its data before the launch
+    if dry_run or run.platform.writes_data:  # the platform writes the data before the launch
         return
     train, evals = ovr.data_files(cfg)
     if missing := [str(p) for p in [train, *evals] if not Path(p).exists()]:
@@ -123,14 +123,15 @@ def validate(cfg: DictConfig) -> None:
     if _value(cfg, "backend.name") != "verl":
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl.backend")
     _check_launch(cfg)
-    extra = extra_overrides(cfg)
+    run = VerlRun.of(cfg)  # the run resolved once, for the checks below
+    extra = extra_overrides(run)
     check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl/backend/vocabulary.py)
     check_model_parallelism(cfg, extra)
-    check_fits(cfg)  # the capacity plan; before the data: no point preparing data for GPUs the launch cannot fit
-    _check_data(cfg, dry_run=bool(_value(cfg, "backend.dry_run")))
-    if is_rehearsal(cfg):
-        rehearsal.check(cfg)
-    if ArmSpec.of(cfg.method).sc and not cfg.backend.dry_run:
+    if run.platform.fits_gpus:  # the capacity plan; before the data: no point preparing data for GPUs it cannot fit
+        check_fits(cfg)
+    _check_data(run, dry_run=bool(_value(cfg, "backend.dry_run")))
+    run.platform.check()
+    if run.arm.sc and not cfg.backend.dry_run:
         installed.require(f"method={cfg.method.name} (score centering)")
     if not cfg.backend.dry_run:  # the cluster of backend.ray_address holds the placement (a dry run joins nothing)
         ray_cluster.check(cfg)
@@ -140,10 +141,11 @@ MAX_LOGPROBS = f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs"
 MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 
 
-def extra_overrides(cfg: DictConfig) -> dict[str, Any]:
+def extra_overrides(run: VerlRun) -> dict[str, Any]:
     """``backend.extra_overrides`` as ``{verl key: value}`` (the last one of a key wins, as in verl's
     composition); an entry that is not a Hydra override is a config error naming it. For an SC arm on the
-    project's head transport, ``max_logprobs`` below ``method.top_k`` is refused."""
+    project as head carrier, ``max_logprobs`` below ``method.top_k`` is refused."""
+    cfg = run.cfg
     out: dict[str, Any] = {}
     for i, item in enumerate(_value(cfg, "backend.extra_overrides")):
         try:
@@ -151,7 +153,7 @@ def extra_overrides(cfg: DictConfig) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - Hydra's parser raises its own grammar errors
             _fail(f"backend.extra_overrides[{i}]", str(item), "a verl override KEY=VALUE in Hydra's syntax")
         out[key] = value
-    if MAX_LOGPROBS in out and ovr.uses_project_transport(cfg):
+    if MAX_LOGPROBS in out and run.project_carries_head:
         cap, top_k = out[MAX_LOGPROBS], int(_value(cfg, "method.top_k"))
         if not (isinstance(cap, int) and not isinstance(cap, bool) and cap >= top_k):
             _fail("backend.extra_overrides", f"{MAX_LOGPROBS}={cap}",

@@ -22,13 +22,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablations.arms import ArmSpec
-from runners.config import CONF_DIR, is_rehearsal
 from runners.config.config_error import ConfigError
-from runners.config.hydra_override import compose_dir_offline, compose_offline, parse
+from runners.config.hydra_override import compose_offline, parse
 from runners.verl import head as verl_head
 from runners.verl.backend import launch, run_files, sc_requirements
 from runners.verl.backend import overrides as ovr
-from runners.verl.platform.rehearsal import swaps as rehearsal
+from runners.verl.backend.verl_run import VerlRun
 from runners.verl.revisions import config_facts, installed, newer_keys
 
 REPORT = "report.json"
@@ -118,7 +117,7 @@ def with_deferred(cfg: DictConfig, deferred: dict[str, Any]) -> DictConfig:
 
 
 def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str]:
-    """What the arm's head transport (``transport``: a :class:`~runners.verl.revisions.installed.Transport`
+    """What the arm's head transport (``transport``: a :class:`~runners.verl.revisions.installed.HeadCarrier`
     name, None for an arm without score centering) would reject in this setting; verl's own score-centering
     keys set without it are a problem too."""
     from ablations.arms import all_arms, parse_is_threshold
@@ -128,7 +127,7 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
     if transport is None:
         return [f"verl's score centering is switched on ({newer_keys.DRIVER_SC_KEY}) for an arm without it"] if any(on) else []
     problems: list[str] = []
-    if transport == installed.VERL_TRANSPORT.name:
+    if transport == installed.VERL_CARRIES.name:
         if not all(on):
             problems.append(f"score centering must be on in both {newer_keys.DRIVER_SC_KEY} and {newer_keys.ACTOR_SC_KEY}")
         topk = get(newer_keys.TOPK_KEY, 0)
@@ -169,8 +168,8 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
     return problems
 
 
-def head_transport_problems(cfg: DictConfig) -> list[str]:
-    """The project's transport as the real launch loads it: the manager class from verl's config (the way
+def head_carrier_problems(cfg: DictConfig) -> list[str]:
+    """The project as head carrier, as the real launch loads it: the manager class from verl's config (the way
     verl's task runner loads it) and the head engine from verl's registry under the vendor key."""
     from unittest import mock
 
@@ -206,14 +205,14 @@ def newer_key_rows(overrides: list[str], deferred: dict[str, Any]) -> tuple[list
     return rows, problems
 
 
-def loss_call_problems(cfg: DictConfig, view: DictConfig, project_transport: bool = False) -> list[str]:
+def loss_call_problems(cfg: DictConfig, view: DictConfig, project_carries: bool = False) -> list[str]:
     """Call the arm's registered loss once, the way verl's worker does, on a 1 x 3 dummy batch.
 
     The actor config goes through verl's own ``omega_conf_to_dataclass`` (as in ``init_model``), so
     what the loss reads from it arrives in the form it has inside the worker (the actor-side
     ``rollout_correction`` block, for one, is a plain mapping there). ``view`` is the config with
     the keys of newer verl set: with verl's own transport an SC arm's loss gets ``sc_correction`` as
-    the keyword, with the project's (``project_transport``) it is supplied around the call, as the
+    the keyword, with the project as carrier (``project_carries``) it is supplied around the call, as the
     head engine does.
     """
     import contextlib
@@ -228,7 +227,7 @@ def loss_call_problems(cfg: DictConfig, view: DictConfig, project_transport: boo
     actor.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=1, loss_scale_factor=None)
     log_prob = torch.zeros(1, 3, requires_grad=True)
     kwargs = {"sc_correction": torch.zeros(1, 3)} if OmegaConf.select(view, newer_keys.ACTOR_SC_KEY) else {}
-    supplied = supplying_correction(torch.zeros(1, 3)) if project_transport else contextlib.nullcontext()
+    supplied = supplying_correction(torch.zeros(1, 3)) if project_carries else contextlib.nullcontext()
     try:
         with supplied:
             loss, _ = get_policy_loss_fn(actor.policy_loss.loss_mode)(
@@ -259,7 +258,7 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
 
     support = installed.check()
     notes: list[str] = []
-    verls_own = support.transport == installed.VERL_TRANSPORT.name
+    verls_own = support.carrier == installed.VERL_CARRIES.name
     if score_centering and support.ok:  # what a real launch's `import verl` does in every process
         importlib.import_module(ovr.SC_HOOK_MODULE if verls_own else verl_head.PLUGIN_MODULE)
     elif score_centering:
@@ -285,36 +284,32 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
         problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered in this verl "
                         f"process (registered project arms: {arms}); is the `ablations` plug-in installed?")
     else:
-        problems += loss_call_problems(cfg, view, project_transport=score_centering and not verls_own)
+        problems += loss_call_problems(cfg, view, project_carries=score_centering and not verls_own)
     data_problems, data_notes = _data_problems(cfg)
     newer, table_problems = newer_key_rows(overrides, deferred)
     problems += launch_shape_problems(cfg) + data_problems + table_problems
-    problems += score_centering_problems(view, support.transport if score_centering else None)
+    problems += score_centering_problems(view, support.carrier if score_centering else None)
     if score_centering and support.ok and not verls_own:
-        problems += head_transport_problems(cfg)
+        problems += head_carrier_problems(cfg)
     notes += data_notes
     if problems:
         raise ValueError("dry run against the installed verl failed:\n  - " + "\n  - ".join(problems))
-    transport = next(t for t in (installed.VERL_TRANSPORT, installed.PROJECT_TRANSPORT) if t.name == support.transport)
+    carrier = next(c for c in (installed.VERL_CARRIES, installed.PROJECT_CARRIES) if c.name == support.carrier)
     return {"status": "passed", "verl_version": support.verl_version, "score_centering_support": support.ok,
             "score_centering_missing": list(support.missing),
-            "score_centering_transport": {"name": transport.name, "summary": transport.summary} if score_centering else None,
+            "score_centering_transport": {"name": carrier.name, "summary": carrier.summary} if score_centering else None,
             "seam_installed": bool(score_centering and support.ok and verls_own and sc_seam.installed()),
             "composed_overrides": len(native), "newer_keys": newer, "notes": notes, "verl_config": OmegaConf.to_yaml(cfg)}
 
 
-def reference_difference(cfg: DictConfig, paths: run_files.AttemptPaths) -> dict[str, Any]:
-    """The named swaps and the key-by-key difference between this rehearsal's launch and the
-    reference experiment's launch of the same arm and seed (into the same run folder)."""
-    reference = compose_dir_offline(CONF_DIR, "config", [
-        "+experiment=qwen3_4b_sc_repro", f"method={cfg.method.name}", f"seed={cfg.seed}",
-        f"results_root={cfg.results_root}"])
-    OmegaConf.resolve(reference)
-    named = rehearsal.swaps(cfg, paths.cpu_state)
-    rows = rehearsal.difference(ovr.build_overrides(reference, paths), ovr.build_overrides(cfg, paths),
-                                ovr.process_env(reference, paths), ovr.process_env(cfg, paths), named)
-    return {"swaps": [{"name": s.name, "why": s.why, "keys": s.keys()} for s in named],
-            "difference": rows}
+def reference_difference(run: VerlRun, paths: run_files.AttemptPaths) -> dict[str, Any] | None:
+    """The platform's difference from the reference launch (:meth:`~runners.verl.platform.base.Platform.reference_difference`;
+    None for a GPU), each launch built for this attempt."""
+    def launch_of(cfg: DictConfig) -> tuple[list[str], dict[str, str]]:
+        other = VerlRun.of(cfg)
+        return ovr.build_overrides(other, paths), ovr.process_env(other, paths)
+
+    return run.platform.reference_difference(launch_of, paths.cpu_state)
 
 
 def capacity_summary(cfg: DictConfig, out: Path) -> dict[str, Any]:
@@ -341,9 +336,10 @@ def failure_line(reason: str, log_file: Path) -> str:
     return f"{what} (the dry run against the installed verl; details in {log_file})"
 
 
-def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def dry_run(run: VerlRun, run_dir: Path) -> dict[str, Any]:
     """Write the launch files and check them against the installed verl; return the report."""
-    spec = launch.build_spec(cfg, run_dir)
+    cfg = run.cfg
+    spec = launch.build_spec(run, run_dir)
     out = run_files.dry_run_dir(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(spec.command_line() + "\n")
@@ -365,9 +361,9 @@ def dry_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise ConfigError(failure_line(reason, out / "check.log"))
     report = json.loads((out / REPORT).read_text())
     report.update(command=spec.command_line(), attempt=spec.paths.attempt, capacity=capacity_summary(cfg, out))
-    if is_rehearsal(cfg):
-        report["rehearsal"] = reference_difference(cfg, spec.paths)
-        (out / "rehearsal_difference.txt").write_text(rehearsal.difference_text(report["rehearsal"]))
+    if (difference := reference_difference(run, spec.paths)) is not None:  # the rehearsal's swaps
+        report["rehearsal"] = difference
+        (out / "rehearsal_difference.txt").write_text(run.platform.difference_text(difference))
     (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
     return report
 

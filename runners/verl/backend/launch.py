@@ -32,15 +32,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablations.arms import ArmSpec
-from runners.config import is_rehearsal
 from runners.run import run_lock
 from runners.run.run_error import RunError
 from runners.run.run_folder import write_config
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend import resume_point, run_files
 from runners.verl.backend.child_process import GroupReaper, OutputFollower, stop_group
-from runners.verl.platform.rehearsal import swaps as rehearsal
+from runners.verl.backend.verl_run import VerlRun
 from runners.verl.revisions import installed
 
 log = logging.getLogger(__name__)
@@ -80,13 +78,13 @@ class LaunchSpec:
         return "\n".join(lines) + "\n"
 
 
-def build_spec(cfg: DictConfig, run_dir: Path, attempt: int | None = None) -> LaunchSpec:
+def build_spec(run: VerlRun, run_dir: Path, attempt: int | None = None) -> LaunchSpec:
     """The launch of ``attempt`` (default: the next one) of this run."""
     attempt = run_files.next_attempt(run_dir) if attempt is None else attempt
     paths = run_files.AttemptPaths(Path(run_dir), attempt)
-    python = str(cfg.backend.python) if cfg.backend.get("python") else sys.executable
-    return LaunchSpec(python=python, overrides=ovr.build_overrides(cfg, paths), hydra_overrides=ovr.hydra_overrides(paths),
-                      env=ovr.process_env(cfg, paths), cwd=Path.cwd().resolve(), paths=paths)
+    python = str(run.cfg.backend.python) if run.cfg.backend.get("python") else sys.executable
+    return LaunchSpec(python=python, overrides=ovr.build_overrides(run, paths), hydra_overrides=ovr.hydra_overrides(paths),
+                      env=ovr.process_env(run, paths), cwd=Path.cwd().resolve(), paths=paths)
 
 
 def ingest_failure(run_dir: Path, err: Exception) -> str:
@@ -121,15 +119,15 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
         raise
 
 
-def show_capacity(cfg: DictConfig, attempt_dir: Path) -> None:
-    """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder (a GPU launch:
-    the rehearsal has no GPU to plan for)."""
-    if is_rehearsal(cfg):
+def show_capacity(run: VerlRun, attempt_dir: Path) -> None:
+    """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder (a platform whose
+    launch must fit its GPUs: the rehearsal has none to plan for)."""
+    if not run.platform.fits_gpus:
         return
     from runners.capacity import plan as capacity
 
     try:
-        p = capacity.plan(cfg)
+        p = capacity.plan(run.cfg)
     except ValueError as err:  # unknown shape: validation refused it unless backend.capacity.enforce=false
         log.warning("no capacity plan: %s", err)
         return
@@ -137,23 +135,24 @@ def show_capacity(cfg: DictConfig, attempt_dir: Path) -> None:
     print(markdown.read_text(), flush=True)
 
 
-def launch(cfg: DictConfig, run_dir: Path) -> None:
+def launch(run: VerlRun, run_dir: Path) -> None:
     """Run one attempt of this arm under verl, holding the run folder's lock; raise
     :class:`~runners.run.run_error.RunError` (one line) if verl fails or its logs cannot be merged into the
     record, :class:`runners.run.run_lock.RunFolderBusy` (before anything is written) if another process
     holds the folder."""
     with run_lock.hold(run_dir) as lock:
-        _attempt(cfg, run_dir, lock.fileno())
+        _attempt(run, run_dir, lock.fileno())
 
 
-def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
-    if ArmSpec.of(cfg.method).sc:
+def _attempt(run: VerlRun, run_dir: Path, lock_fd: int) -> None:
+    cfg, platform = run.cfg, run.platform
+    if run.arm.sc:
         installed.require(f"method={cfg.method.name} (score centering)")  # before anything starts
-    spec = build_spec(cfg, run_dir)
+    spec = build_spec(run, run_dir)
     paths = spec.paths
     resume_point.align(run_dir, paths.attempt)  # never past a checkpoint whose step was not logged
     paths.attempt_dir.mkdir(parents=True, exist_ok=True)
-    show_capacity(cfg, paths.attempt_dir)
+    show_capacity(run, paths.attempt_dir)
     paths.launch_script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {paths.attempt}"))
     paths.launch_script.chmod(0o755)
     log.info("verl attempt %d of %s; log: %s", paths.attempt, cfg.run_name, paths.log_file)
@@ -166,29 +165,30 @@ def _attempt(cfg: DictConfig, run_dir: Path, lock_fd: int) -> None:
                             pass_fds=(lock_fd,))  # verl keeps the run folder locked while it lives
     # verl's own group: stopped even if this launcher is killed, and vLLM's socket folder (and a sync's segment
     # the kill interrupted) then removed
-    reaper = GroupReaper(proc.pid, leftovers=rehearsal.leftovers(cfg, paths.cpu_state),
-                         segment_prefixes=rehearsal.leftover_segments(cfg))
+    reaper = GroupReaper(proc.pid, leftovers=platform.leftovers(paths.cpu_state),
+                         segment_prefixes=platform.leftover_segments())
     follower = OutputFollower(proc.stdout, paths.log_file, int(cfg.trainer.total_steps), cfg.run_name, _STEP)
     follower.start()
     interval = float(cfg.backend.ingest_interval_s)
     next_ingest = time.monotonic() + interval
+    interrupt: BaseException | None = None
     try:
         while proc.poll() is None:
             time.sleep(1.0)
             if time.monotonic() >= next_ingest:
                 _ingest(run_dir, cfg, final=False)
                 next_ingest = time.monotonic() + interval
-    except BaseException as interrupt:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
+    except BaseException as err:  # interrupted (Ctrl-C, SLURM signal): stop verl, keep what it logged
+        interrupt = err
         stop_group(proc)
-        reaper.close()
-        rehearsal.tidy_after_attempt(cfg, paths.cpu_state)
+    finally:  # verl's group has ended (or was stopped): release the watchdog, tidy, let the log follower finish
+        reaper.close()  # and whatever verl's group left behind
+        platform.tidy_after_attempt(paths.cpu_state)
         follower.join(timeout=30)
+    if interrupt is not None:
         # Ctrl-C closes the attempt as stopped by the user; another signal leaves it open, as a kill would
         _ingest(run_dir, cfg, final=False, status="stopped" if isinstance(interrupt, KeyboardInterrupt) else None)
-        raise
-    reaper.close()  # and whatever verl's group left behind
-    rehearsal.tidy_after_attempt(cfg, paths.cpu_state)
-    follower.join(timeout=30)
+        raise interrupt
     if proc.returncode == 0:
         _ingest(run_dir, cfg, final=True)
         return

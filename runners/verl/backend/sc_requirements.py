@@ -22,10 +22,10 @@ class Requirement:
     why: str
     project: str | None = None  # the project key that sets it (checked before any compute), if any
     absent: Any = None  # the value when the key is not in the config
-    transport: str | None = None  # the head transport it belongs to (Transport.name); None: both
+    carrier: str | None = None  # the head carrier it belongs to (HeadCarrier.name); None: both
 
-    def applies(self, transport_name: str) -> bool:
-        return self.transport in (None, transport_name)
+    def applies(self, carrier_name: str) -> bool:
+        return self.carrier in (None, carrier_name)
 
     def allows(self, value: Any) -> bool:
         return value in self.want if isinstance(self.want, tuple) else value == self.want
@@ -46,13 +46,13 @@ IN_PLACE_CE = ("verl's log-prob backward would otherwise run flash-attn's cross-
 #: validator, ``RolloutConfig`` and ``RolloutCorrectionConfig`` (plus the project's seam) require, besides
 #: :data:`NEWER_KEYS` and :data:`SC_SIDES_AGREE`; for the project's what :mod:`runners.verl.head` relies on.
 SC_REQUIRES: tuple[Requirement, ...] = (
-    Requirement(f"{ROLLOUT}.name", "vllm", "the head comes from vLLM", transport="verl"),
+    Requirement(f"{ROLLOUT}.name", "vllm", "the head comes from vLLM", carrier="verl"),
     Requirement(f"{ROLLOUT}.name", ("vllm", "cpu_hf"), "a rollout server that answers the project's head request "
-                "(vLLM, or the CPU rehearsal's runners.verl.platform.rehearsal)", transport="project"),
+                "(vLLM, or the CPU rehearsal's runners.verl.platform.rehearsal)", carrier="project"),
     Requirement(f"{ROLLOUT}.agent.agent_loop_manager_class", MANAGER_CLASS,
-                "the project's agent-loop manager carries the head", transport="project"),
+                "the project's agent-loop manager carries the head", carrier="project"),
     Requirement(f"{ROLLOUT}.agent.default_agent_loop", "single_turn_agent", "the project's transport carries "
-                "single-turn rollouts (every response token from one request)", transport="project",
+                "single-turn rollouts (every response token from one request)", carrier="project",
                 absent="single_turn_agent"),
     Requirement("actor_rollout_ref.actor.calculate_entropy", True, IN_PLACE_CE, project="backend.actor.calculate_entropy"),
     Requirement(f"{ROLLOUT}.calculate_log_probs", True, "the head comes with the sampled log-probs"),

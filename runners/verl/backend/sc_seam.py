@@ -71,7 +71,7 @@ def install(module: Any | None = None) -> None:
     pass a stand-in module instead.
     """
     if module is None:
-        if verl_installed.transport() is not verl_installed.VERL_TRANSPORT:
+        if verl_installed.head_carrier() is not verl_installed.VERL_CARRIES:
             raise verl_installed.ScoreCenteringUnsupported(
                 f"the seam hook is for verl's own head transport (verl commit {releases.REQUIRED_COMMIT}, or later): the "
                 f"installed verl has no {newer_keys.SEAM_MODULE}; its SC arms use the project's transport (runners.verl.head)")

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runners.config import is_rehearsal
+from runners.verl.platform import platform_for
 
 HEAD_FILE = "{job}_ray_head.json"
 DONE_FILE = "{job}_ray_done"
@@ -86,11 +86,9 @@ def job_task(cfg: DictConfig) -> JobTask | None:
 
 
 def node_gpus(cfg: DictConfig) -> list[str]:
-    """``ray start`` arguments for the node's GPUs: logical ones on a CPU rehearsal, Ray's own count otherwise."""
-    if not is_rehearsal(cfg):
-        return []
-    p = cfg.backend.placement
-    return [f"--num-gpus={int(p.trainer_gpus_per_node) + int(p.rollout_gpus_per_node)}", "--num-cpus=8"]
+    """``ray start`` arguments for the node's GPUs: the platform's (:meth:`~runners.verl.platform.base.Platform.ray_start_args`:
+    logical ones on a CPU rehearsal, none on GPU nodes, where Ray counts them itself)."""
+    return platform_for(cfg).ray_start_args()
 
 
 def free_ports(count: int) -> list[int]:

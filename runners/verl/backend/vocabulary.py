@@ -15,7 +15,6 @@ from omegaconf import DictConfig
 
 from ablations.arms import ArmSpec
 from runners.capacity.shapes import find_config
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 
 log = logging.getLogger(__name__)
@@ -27,12 +26,14 @@ def _config_vocab(config: dict[str, Any]) -> int | None:
 
 
 def vocabulary(cfg: DictConfig) -> tuple[int, str] | None:
-    """``(vocab_size, where it was read)`` of the model a launch of ``cfg`` trains: on the rehearsal the shipped tiny
-    Qwen3's (its character tokenizer's, ``runners/tiny/tokenizer.py``; written into ``model.path`` only later), else
+    """``(vocab_size, where it was read)`` of the model a launch of ``cfg`` trains: for one of the project's tiny
+    models (:func:`runners.tiny.model.tiny_model_yaml`, what the rehearsal trains) the shipped tiny Qwen3's (its character tokenizer's, ``runners/tiny/tokenizer.py``; written into ``model.path`` only later), else
     ``vocab_size`` (or ``text_config.vocab_size``) of the ``config.json`` :func:`runners.capacity.shapes.find_config`
     finds; None when unknown before verl downloads it (then :func:`check_top_k` warns, for an SC arm: the other arms
     do not use ``method.top_k`` on verl)."""
-    if is_rehearsal(cfg):
+    from runners.tiny.model import tiny_model_yaml
+
+    if tiny_model_yaml(cfg) is not None:  # written into model.path only before the launch
         from runners.tiny.tokenizer import build_tokenizer
 
         return len(build_tokenizer()), "the rehearsal's tiny Qwen3, runners/tiny/tokenizer.py"

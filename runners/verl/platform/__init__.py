@@ -1,0 +1,35 @@
+"""Where a verl launch runs, as one seam (:mod:`~runners.verl.platform.base`): a GPU
+(:mod:`~runners.verl.platform.gpu`, which adds nothing) or the CPU rehearsal
+(:mod:`~runners.verl.platform.rehearsal`, with vLLM's CPU build in its ``vllm_cpu``).
+
+:func:`platform_for` is the one place that reads ``backend.platform``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig, OmegaConf
+
+from runners.config.config_error import ConfigError
+
+if TYPE_CHECKING:
+    from runners.verl.platform.base import Platform
+
+#: The config key that selects the platform, and its default.
+KEY = "backend.platform"
+DEFAULT = "gpu"
+
+
+def platform_for(cfg: DictConfig) -> Platform:
+    """The platform ``cfg`` launches on (``backend.platform``: ``gpu`` or ``cpu``, the rehearsal)."""
+    name = str(OmegaConf.select(cfg, KEY, default=DEFAULT))
+    if name == DEFAULT:
+        from runners.verl.platform.gpu import GpuPlatform
+
+        return GpuPlatform(cfg)
+    from runners.verl.platform.rehearsal.cpu_platform import RehearsalPlatform
+
+    if name != RehearsalPlatform.name:  # the schema allows gpu and cpu only
+        raise ConfigError(f"{KEY}={name} is not a platform: {DEFAULT} or {RehearsalPlatform.name}")
+    return RehearsalPlatform(cfg)
