@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 
 from runners.run.run_record import finished
 from runners.verl.backend.checks import validate
+from runners.verl.backend.launch_plan import LaunchPlan
 from runners.verl.backend.verl_run import VerlRun
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> str
         from runners.verl.backend.dry_run_log import log_report
 
         write_config(run_dir, OmegaConf.to_yaml(cfg, resolve=True))  # the dry run starts
-        return log_report(verl_run, dry_run(verl_run, run_dir), run_dir)
+        return log_report(verl_run, dry_run(verl_run, run_dir, LaunchPlan.of(cfg)), run_dir)
     if finished(run_dir, int(cfg.trainer.total_steps)):  # same config (the launcher checked): no attempt, docs/resuming.md
         log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
                  "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
@@ -79,10 +80,15 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> str
         with slurm_ray.head_of_job(cfg, task) as address:
             joined = VerlRun.of(OmegaConf.merge(cfg, {"backend": {"ray_address": address}}))
             ray_cluster.check(joined.cfg)
-            launch(joined, run_dir)
+            launch(joined, run_dir, _launch_plan(joined))
         return None
-    launch(verl_run, run_dir)
+    launch(verl_run, run_dir, _launch_plan(verl_run))
     return None
+
+
+def _launch_plan(verl_run: VerlRun) -> LaunchPlan | None:
+    """The capacity plan a launch shows: where its platform must fit GPUs (the rehearsal has none to plan for)."""
+    return LaunchPlan.of(verl_run.cfg) if verl_run.platform.fits_gpus else None
 
 
 __all__ = ["run", "validate"]

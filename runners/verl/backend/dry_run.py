@@ -27,6 +27,7 @@ from runners.config.hydra_override import compose_offline, parse
 from runners.verl import head as verl_head
 from runners.verl.backend import launch, run_files, sc_requirements
 from runners.verl.backend import overrides as ovr
+from runners.verl.backend.launch_plan import LaunchPlan
 from runners.verl.backend.verl_run import VerlRun
 from runners.verl.revisions import config_facts, installed, newer_keys
 
@@ -312,23 +313,6 @@ def reference_difference(run: VerlRun, paths: run_files.AttemptPaths) -> dict[st
     return run.platform.reference_difference(launch_of, paths.cpu_state)
 
 
-def capacity_summary(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """Write the launch's capacity plan (``capacity.json``, ``capacity.md``) into ``out``; return what the report
-    and the log say of it (``fits``, the totals, the cost, the refusal a launch would meet)."""
-    from runners.capacity import plan as capacity
-
-    try:
-        p = capacity.plan(cfg)
-    except ValueError as err:  # the model's shape is unknown
-        (out / capacity.MARKDOWN).write_text(f"# Capacity plan: none\n\n{err}\n")
-        return {"fits": None, "error": str(err)}
-    capacity.write(p, out)
-    return {"fits": p["fits"], "gpu": p["gpu"]["name"], "trainer_total_bytes": p["trainer"]["per_gpu_bytes"]["total"],
-            "rollout_total_bytes": p["rollout"]["per_gpu_bytes"]["total"], "gpu_bytes": p["gpu"]["memory_bytes"],
-            "step_seconds": p["time"]["step_seconds"], "gpu_hours_per_arm": p["time"]["gpu_hours_per_arm"],
-            "refusal": capacity.refusal(p), "file": str(out / capacity.MARKDOWN)}
-
-
 def failure_line(reason: str, log_file: Path) -> str:
     """The checking process's failure as one line: its problems (each names the verl key), or its last line."""
     problems = [line.strip()[2:] for line in reason.splitlines() if line.strip().startswith("- ")]
@@ -336,8 +320,9 @@ def failure_line(reason: str, log_file: Path) -> str:
     return f"{what} (the dry run against the installed verl; details in {log_file})"
 
 
-def dry_run(run: VerlRun, run_dir: Path) -> dict[str, Any]:
-    """Write the launch files and check them against the installed verl; return the report."""
+def dry_run(run: VerlRun, run_dir: Path, plan: LaunchPlan) -> dict[str, Any]:
+    """Write the launch files and check them against the installed verl, and the launch's capacity ``plan``;
+    return the report."""
     cfg = run.cfg
     spec = launch.build_spec(run, run_dir)
     out = run_files.dry_run_dir(run_dir)
@@ -360,7 +345,7 @@ def dry_run(run: VerlRun, run_dir: Path) -> dict[str, Any]:
         reason = (out / "error.txt").read_text() if (out / "error.txt").exists() else proc.stderr[-4000:]
         raise ConfigError(failure_line(reason, out / "check.log"))
     report = json.loads((out / REPORT).read_text())
-    report.update(command=spec.command_line(), attempt=spec.paths.attempt, capacity=capacity_summary(cfg, out))
+    report.update(command=spec.command_line(), attempt=spec.paths.attempt, capacity=plan.summary(out))
     if (difference := reference_difference(run, spec.paths)) is not None:  # the rehearsal's swaps
         report["rehearsal"] = difference
         (out / "rehearsal_difference.txt").write_text(run.platform.difference_text(difference))

@@ -38,6 +38,7 @@ from runners.run.run_folder import write_config
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend import resume_point, run_files
 from runners.verl.backend.child_process import GroupReaper, OutputFollower, stop_group
+from runners.verl.backend.launch_plan import LaunchPlan
 from runners.verl.backend.verl_run import VerlRun
 from runners.verl.revisions import installed
 
@@ -119,32 +120,25 @@ def _ingest(run_dir: Path, cfg: DictConfig, *, final: bool, status: str | None =
         raise
 
 
-def show_capacity(run: VerlRun, attempt_dir: Path) -> None:
-    """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder (a platform whose
-    launch must fit its GPUs: the rehearsal has none to plan for)."""
-    if not run.platform.fits_gpus:
+def show_capacity(plan: LaunchPlan, attempt_dir: Path) -> None:
+    """Print the launch's capacity plan (``capacity.md``) and keep it in the attempt's folder."""
+    if plan.plan is None:
+        log.warning("no capacity plan: %s", plan.error)
         return
-    from runners.capacity import plan as capacity
-
-    try:
-        p = capacity.plan(run.cfg)
-    except ValueError as err:  # unknown shape: validation refused it unless backend.capacity.enforce=false
-        log.warning("no capacity plan: %s", err)
-        return
-    _, markdown = capacity.write(p, attempt_dir)
-    print(markdown.read_text(), flush=True)
+    print(plan.write(attempt_dir).read_text(), flush=True)
 
 
-def launch(run: VerlRun, run_dir: Path) -> None:
+def launch(run: VerlRun, run_dir: Path, plan: LaunchPlan | None = None) -> None:
     """Run one attempt of this arm under verl, holding the run folder's lock; raise
     :class:`~runners.run.run_error.RunError` (one line) if verl fails or its logs cannot be merged into the
     record, :class:`runners.run.run_lock.RunFolderBusy` (before anything is written) if another process
-    holds the folder."""
+    holds the folder. ``plan``: the launch's capacity plan, shown and kept in the attempt's folder (None: a
+    platform without GPUs to plan for)."""
     with run_lock.hold(run_dir) as lock:
-        _attempt(run, run_dir, lock.fileno())
+        _attempt(run, run_dir, lock.fileno(), plan)
 
 
-def _attempt(run: VerlRun, run_dir: Path, lock_fd: int) -> None:
+def _attempt(run: VerlRun, run_dir: Path, lock_fd: int, plan: LaunchPlan | None = None) -> None:
     cfg, platform = run.cfg, run.platform
     if run.arm.sc:
         installed.require(f"method={cfg.method.name} (score centering)")  # before anything starts
@@ -152,7 +146,8 @@ def _attempt(run: VerlRun, run_dir: Path, lock_fd: int) -> None:
     paths = spec.paths
     resume_point.align(run_dir, paths.attempt)  # never past a checkpoint whose step was not logged
     paths.attempt_dir.mkdir(parents=True, exist_ok=True)
-    show_capacity(run, paths.attempt_dir)
+    if plan is not None:
+        show_capacity(plan, paths.attempt_dir)
     paths.launch_script.write_text(spec.script(f"verl launch of {cfg.run_name}, attempt {paths.attempt}"))
     paths.launch_script.chmod(0o755)
     log.info("verl attempt %d of %s; log: %s", paths.attempt, cfg.run_name, paths.log_file)
