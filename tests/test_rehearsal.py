@@ -28,7 +28,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners.config.hydra_override import parse
-from runners.verl.backend import dry_run, launch, run_files
+from runners.run import verl_files
+from runners.verl.backend import dry_run, launch
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend.verl_run import VerlRun
 from runners.verl.platform import rehearsal as verl_cpu
@@ -123,7 +124,7 @@ def test_logger_flush_detection_reads_calls_not_text(tmp_path, monkeypatch):
 
 
 # -- the swaps and the difference from the reference ----------------------------------------------
-def _launch_difference(a: DictConfig, b: DictConfig, paths: run_files.AttemptPaths) -> set[str]:
+def _launch_difference(a: DictConfig, b: DictConfig, paths: verl_files.AttemptPaths) -> set[str]:
     """The verl keys (and ``env:`` variables) whose values differ between the launches of ``a`` and ``b``."""
     def values(cfg: DictConfig) -> dict:
         return {key: value for key, value, _ in map(parse, ovr.build_overrides(VerlRun.of(cfg), paths))}
@@ -136,7 +137,7 @@ def _launch_difference(a: DictConfig, b: DictConfig, paths: run_files.AttemptPat
 
 def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path):
     cfg = config(tmp_path, "rehearsal")
-    paths = run_files.AttemptPaths(run_dir(cfg), 1)
+    paths = verl_files.AttemptPaths(run_dir(cfg), 1)
     report = dry_run.reference_difference(VerlRun.of(cfg), paths)
     names = [s["name"] for s in report["swaps"]]
     assert names == ["model", "platform", "rollout", "weight sync", "logical GPUs", "sizes"]
@@ -175,7 +176,7 @@ def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path
 
 def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
     cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
-    paths = run_files.AttemptPaths(run_dir(cfg), 1)
+    paths = verl_files.AttemptPaths(run_dir(cfg), 1)
     text = "\n".join(ovr.build_overrides(VerlRun.of(cfg), paths))
     assert verl_cpu.ROLLOUT_NAME not in text and "VERL_PLATFORM" not in text and rehearsal.PLUGIN_MODULE not in text
 
@@ -199,7 +200,7 @@ def test_the_head_transport_reaches_vllms_engine_arguments_and_is_refused_on_the
     for method, transport, expected in (("sc", "logits_processor", verl_head.HEAD_PROCESSOR),
                                         ("sc", "flat_logprobs", None), ("pg", "logits_processor", None)):
         cfg = config(tmp_path, "rehearsal", f"method={method}", f"backend.rollout_engine.head_transport={transport}")
-        found = [o for o in ovr.build_overrides(VerlRun.of(cfg), run_files.AttemptPaths(run_dir(cfg), 1)) if key in o]
+        found = [o for o in ovr.build_overrides(VerlRun.of(cfg), verl_files.AttemptPaths(run_dir(cfg), 1)) if key in o]
         assert (found[0].split("=", 1)[1] if found else None) == expected, (method, transport, found)
         assert rehearsal.head_files_folder(tmp_path) in rehearsal.leftovers(cfg, tmp_path)
     results = tmp_path / "results"
@@ -377,7 +378,7 @@ def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
     want = verl_cpu.HEAD_ROLLOUT_NAME if installed.head_carrier() is installed.VERL_CARRIES else verl_cpu.ROLLOUT_NAME
     assert rehearsal.rollout_name(sc) == want
     assert rehearsal.rollout_name(config(tmp_path, "rehearsal", STANDIN)) == verl_cpu.ROLLOUT_NAME
-    report = dry_run.reference_difference(VerlRun.of(sc), run_files.AttemptPaths(run_dir(sc), 1))
+    report = dry_run.reference_difference(VerlRun.of(sc), verl_files.AttemptPaths(run_dir(sc), 1))
     rows = {r["key"]: r for r in report["difference"]}
     if want == "vllm":
         assert "actor_rollout_ref.rollout.name" not in rows

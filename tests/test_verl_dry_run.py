@@ -31,9 +31,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners.config import hydra_override as ho
+from runners.run import verl_files
 from runners.verl import backend as verl_backend
 from runners.verl import head as verl_head
-from runners.verl.backend import dry_run, launch, run_files, sc_seam
+from runners.verl.backend import dry_run, launch, sc_seam
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend.verl_run import VerlRun
 from runners.verl.head import correction
@@ -213,7 +214,7 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     assert {k: got.get(k) for k in project_keys} == (project_keys if project_transport else dict.fromkeys(project_keys))
 
     env_key = "ray_kwargs.ray_init.runtime_env.env_vars."
-    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(run_files.AttemptPaths(run_dir, 1).file_logger)
+    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(verl_files.AttemptPaths(run_dir, 1).file_logger)
     modules = got[env_key + "VERL_USE_EXTERNAL_MODULES"].split(",")
     sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl.backend.sc_hook"] if sc else []
     assert modules == ["ablations.registry", *sc_modules]
@@ -276,7 +277,7 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     run_dir = run_dir_of(cfg)
     monkeypatch.setattr(launch, "launch", lambda *a, **k: pytest.fail("a dry run must not launch verl"))
     verl_backend.run(cfg, run_dir)
-    out = run_files.dry_run_dir(run_dir)
+    out = verl_files.dry_run_dir(run_dir)
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "passed" and report["attempt"] == 1
     spec = launch.build_spec(VerlRun.of(cfg), run_dir)
@@ -288,7 +289,7 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     sc_module = verl_head.PLUGIN_MODULE if installed.head_carrier() is installed.PROJECT_CARRIES else "runners.verl.backend.sc_hook"
     assert f"export VERL_USE_EXTERNAL_MODULES=ablations.registry,{sc_module}" in script
     assert OmegaConf.load(out / "verl_config.yaml").trainer.total_training_steps == 500
-    assert not run_files.attempts(run_dir), "a dry run must not start an attempt"
+    assert not verl_files.attempts(run_dir), "a dry run must not start an attempt"
     # the script's exec line splits (POSIX shell rules) into exactly the launch's argv
     exec_line = script.split("exec ", 1)[1].replace("\\\n", " ")
     assert shlex.split(exec_line) == spec.argv
@@ -435,7 +436,7 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
             assert releases.INSTALL_COMMAND in str(err.value)
     finally:
         installed.check.cache_clear()
-    assert not run_files.attempts(run_dir_of(cfg))
+    assert not verl_files.attempts(run_dir_of(cfg))
 
 
 @pytest.mark.skipif(installed.head_carrier() is installed.VERL_CARRIES, reason="the installed verl has the seam (8718ca30)")
@@ -489,7 +490,7 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
                 verl_backend.run(cfg, run_dir)
         else:
             verl_backend.run(cfg, run_dir)
-        paths = run_files.AttemptPaths(run_dir, attempt)
+        paths = verl_files.AttemptPaths(run_dir, attempt)
         log_text = paths.log_file.read_text()
         assert "step:3" in log_text
         argv = json.loads(log_text.split("argv ", 1)[1].splitlines()[0])
@@ -497,8 +498,8 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
         assert argv[2:] == launch.build_spec(VerlRun.of(cfg), run_dir, attempt).argv[3:]
         assert paths.file_logger.exists() and paths.launch_script.exists()
         assert calls[-1] == (run_dir, cfg.run_name, "failed" if status else None)
-    assert run_files.attempts(run_dir) == [1, 2]
-    assert all(run_files.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
+    assert verl_files.attempts(run_dir) == [1, 2]
+    assert all(verl_files.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
 
 
 # -- the seam ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from runners.verl.backend import run_files
+from runners.run import verl_files
 from runners.verl.backend.ingest import IngestError, ingest_run
 from runners.verl.backend.ingest import main as ingest_main
 from runners.verl.backend.verl_run import VerlRun
@@ -108,7 +108,7 @@ def write_dump(
                 lines.append(json.dumps(entry))
     if drop_last:
         lines = lines[:-1]
-    path = run_files.validation_dump_dir(run_dir) / f"{step}.jsonl"
+    path = verl_files.validation_dump_dir(run_dir) / f"{step}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
@@ -129,21 +129,21 @@ def make_run(tmp_path: Path, *, attempt2_upto: int = 8) -> Path:
         if s == 4:
             d.update(val_data(0.4))  # overwritten by attempt 2's re-evaluation
         a1.append((s, d))
-    write_log(run_files.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
+    write_log(verl_files.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
     a2 = [(4, val_data(0.5))]
     for s in range(5, attempt2_upto + 1):
         d = train_data(s, 2, longest=CAP if s == 6 else 10, clip=0.25 if s == 6 else 0.125)
         if s == 8:
             d.update(val_data(1.0))
         a2.append((s, d))
-    write_log(run_files.AttemptPaths(run, 2).file_logger, a2)
-    ckpt = run_files.checkpoints_dir(run)
+    write_log(verl_files.AttemptPaths(run, 2).file_logger, a2)
+    ckpt = verl_files.checkpoints_dir(run)
     ckpt.mkdir(parents=True)
     (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
     write_dump(run, 0, {pid: [0, 1] if pid.endswith("0") else [0, 0] for pid in ALL_RIGHT}, SHORT)
     write_dump(run, 4, HALF, HIT_CAP)
     write_dump(run, 8, ALL_RIGHT, SHORT)
-    rollouts = run_files.verl_dir(run) / "rollouts"
+    rollouts = verl_files.verl_dir(run) / "rollouts"
     rollouts.mkdir(parents=True)
     # step 5: groups u1 (all -1: zero variance) and u2 (mixed) -> 0.5
     (rollouts / "5.jsonl").write_text(
@@ -239,7 +239,7 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
     assert check_contract(run) == []
 
     # a third attempt has started but logged nothing: it resumes from the checkpoint marker
-    run_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    verl_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
     metrics = json.loads(ingest_run(run).read_text())
     a1, a2, a3 = metrics["run"]["attempts"]
     assert (a2["status"], a2["end_step"], a2["ended"] is not None) == ("killed", 6, True)
@@ -259,7 +259,7 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
 def test_gap_between_attempts_is_an_error(tmp_path):
     run = make_run(tmp_path)
     a2 = [(s, train_data(s, 2)) for s in range(8, 9)]  # resumes at 7, attempt 1 stopped at 6
-    write_log(run_files.AttemptPaths(run, 2).file_logger, a2)
+    write_log(verl_files.AttemptPaths(run, 2).file_logger, a2)
     with pytest.raises(
         IngestError, match=r"train steps \[7\] \(1\) are in no attempt's log.*attempt 1.*1\.\.6"
     ):
@@ -269,7 +269,7 @@ def test_gap_between_attempts_is_an_error(tmp_path):
 
 def test_torn_line_in_the_middle_and_missing_enrichment(tmp_path):
     run = make_run(tmp_path)
-    path = run_files.AttemptPaths(run, 1).file_logger
+    path = verl_files.AttemptPaths(run, 1).file_logger
     lines = path.read_text().splitlines()
     lines.insert(2, '{"step": 2, "da')
     path.write_text("\n".join(lines) + "\n")
@@ -337,7 +337,7 @@ def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path)
     assert metrics["run"]["status"] == "stopped" and metrics["run"]["attempts"][-1]["status"] == "stopped"
     assert check_contract(run) == []
     assert json.loads(ingest_run(run).read_text())["run"]["status"] == "stopped"
-    run_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    verl_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
     metrics = json.loads(ingest_run(run).read_text())
     assert metrics["run"]["status"] == "running"
     assert [a["status"] for a in metrics["run"]["attempts"]] == ["killed", "stopped", "running"]

@@ -15,7 +15,7 @@ the platform, the head carrier and transport, the placement) and passes it down.
 (the run -> verl overrides, pure), ``sc_requirements`` (what an SC arm needs of
 verl's config), ``sc_seam``/``sc_hook`` (the project's correction in verl's slot), ``dry_run``,
 ``dry_run_log`` (the report in the log), ``launch`` (with ``child_process``: following verl into its log, stopping its process group),
-``run_files`` (where a verl run keeps its files), ``checks`` (validate), ``ingest`` (verl's logs -> the
+``runners.run.verl_files`` (where a verl run keeps its files), ``checks`` (validate), ``ingest`` (verl's logs -> the
 run record), ``resume_point``, ``checkpoints`` (retention and export, with ``export_check``). The facts
 about each verl revision are :mod:`runners.verl.revisions`; what the platform adds (a GPU: nothing; the
 rehearsal, ``backend.platform=cpu``: the CPU swaps, the assets and the stand-ins) is :mod:`runners.verl.platform`. Importing this package does not import verl.
@@ -64,14 +64,14 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str | None = None) -> str
         log.info("%s finished all %d steps in an earlier attempt; left as it is (raise trainer.total_steps to "
                  "extend it)", cfg.run_name, int(cfg.trainer.total_steps))
         return None
-    from runners.verl.backend import slurm_ray
     from runners.verl.backend.launch import launch
+    from runners.verl.cluster import slurm_ray
 
     if (task := slurm_ray.job_task(cfg)) is not None:  # task 0 of a multi-node SLURM job: the Ray head (docs/multinode.md)
         from omegaconf import OmegaConf
 
         from runners.config.config_error import ConfigError
-        from runners.verl.backend import ray_cluster
+        from runners.verl.cluster import ray_cluster
 
         if ray_cluster.address(cfg):
             raise ConfigError(f"{ray_cluster.KEY}={ray_cluster.address(cfg)} is not allowed in a job of several "

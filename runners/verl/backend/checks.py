@@ -11,7 +11,7 @@ vocabulary (:mod:`runners.verl.backend.vocabulary`), what ``backend.extra_overri
 (:func:`extra_overrides`), what the platform refuses (:meth:`runners.verl.platform.base.Platform.check`: on the
 CPU rehearsal what its tiny model can hold), that a launch on GPUs fits them (:func:`runners.capacity.plan.check_fits`; a dry run's plan is computed here
 too, so a plan that cannot be computed is a config error before the dry run writes or moves anything), and that
-the Ray cluster of ``backend.ray_address`` answers and holds the placement (:func:`runners.verl.backend.ray_cluster.check`,
+the Ray cluster of ``backend.ray_address`` answers and holds the placement (:func:`runners.verl.cluster.ray_cluster.check`,
 not on a dry run).
 
 The checks a GPU would otherwise make (:func:`check_model_parallelism`): vLLM's tensor parallelism splits the
@@ -38,9 +38,10 @@ from runners.capacity.plan import check_fits, known_shape
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
 from runners.verl.backend import overrides as ovr
-from runners.verl.backend import ray_cluster, sc_requirements
+from runners.verl.backend import sc_requirements
 from runners.verl.backend.verl_run import VerlRun
 from runners.verl.backend.vocabulary import check_top_k
+from runners.verl.cluster import ray_cluster
 from runners.verl.revisions import config_facts, installed
 
 _MISSING = object()

@@ -24,8 +24,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ablations.arms import ArmSpec
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import compose_offline, parse
+from runners.run import verl_files
 from runners.verl import head as verl_head
-from runners.verl.backend import launch, run_files, sc_requirements
+from runners.verl.backend import launch, sc_requirements
 from runners.verl.backend import overrides as ovr
 from runners.verl.backend.launch_plan import LaunchPlan
 from runners.verl.backend.verl_run import VerlRun
@@ -303,7 +304,7 @@ def check_against_installed_verl(overrides: list[str], *, score_centering: bool 
             "composed_overrides": len(native), "newer_keys": newer, "notes": notes, "verl_config": OmegaConf.to_yaml(cfg)}
 
 
-def reference_difference(run: VerlRun, paths: run_files.AttemptPaths) -> dict[str, Any] | None:
+def reference_difference(run: VerlRun, paths: verl_files.AttemptPaths) -> dict[str, Any] | None:
     """The platform's difference from the reference launch (:meth:`~runners.verl.platform.base.Platform.reference_difference`;
     None for a GPU), each launch built for this attempt."""
     def launch_of(cfg: DictConfig) -> tuple[list[str], dict[str, str]]:
@@ -325,7 +326,7 @@ def dry_run(run: VerlRun, run_dir: Path, plan: LaunchPlan) -> dict[str, Any]:
     return the report."""
     cfg = run.cfg
     spec = launch.build_spec(run, run_dir)
-    out = run_files.dry_run_dir(run_dir)
+    out = verl_files.dry_run_dir(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(spec.command_line() + "\n")
     (out / "overrides.txt").write_text("\n".join(spec.overrides) + "\n")

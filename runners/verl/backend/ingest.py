@@ -1,6 +1,6 @@
 """verl's logs of a run -> ``metrics.json`` and ``val/step_NNNNNN.jsonl`` (docs/run_contract.md).
 
-Inputs, in the run folder (:mod:`runners.verl.backend.run_files`): ``config.yaml``; each attempt's
+Inputs, in the run folder (:mod:`runners.run.verl_files`): ``config.yaml``; each attempt's
 ``verl/attempt-NNN/metrics.jsonl`` (verl's ``file`` logger); verl's validation dump and the optional train
 rollout dump (``verl/validation/`` and ``verl/rollouts/``, ``<step>.jsonl``); and verl's checkpoint tracker
 (the resume point of an attempt with no lines yet). :func:`ingest_run` rebuilds the whole record from these
@@ -60,11 +60,10 @@ import argparse
 import datetime as dt
 import json
 import logging
-import math
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +71,21 @@ from omegaconf import OmegaConf
 
 from ablations.arms import ArmSpec
 from runners.run import run_contract as rc
+from runners.run import verl_files
+from runners.run.attempt_logs import (
+    AttemptLog,
+    IngestError,
+    finite_number,
+    merged_rows,
+    read_attempts,
+    truncation_ratio,
+)
 from runners.run.contract_check import arm_train_metrics
 from runners.run.provenance import config_sha256, versions
 from runners.run.run_record import RunRecord, recorded_run, write_text_if_changed
-from runners.verl.backend import run_files
 
 log = logging.getLogger(__name__)
 
-VAL_PREFIX = "val-"
 ENTROPY, EVICTED = "actor/entropy", "training/off_policy/evicted_samples"
 TRUNCATION, ZERO_VARIANCE = "response/truncation_ratio", "batch/zero_variance_group_ratio"
 ENTROPY_SOURCES = (ENTROPY, "actor/entropy_loss")
@@ -154,10 +160,6 @@ def rollout_engine(cfg: Any) -> str:
         return "vllm (not installed where the record was written)"
 
 
-class IngestError(RuntimeError):
-    """verl's outputs cannot be turned into a valid run record; the message says where and why."""
-
-
 # -- config ---------------------------------------------------------------------------------------
 def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
     """``cfg.a.b`` for a DictConfig or nested dicts; ``default`` when absent, null or unresolvable."""
@@ -204,86 +206,6 @@ def load_config(run_dir: Path) -> Any:
     return OmegaConf.load(path)
 
 
-# -- reading verl's files -------------------------------------------------------------------------
-@dataclass
-class AttemptLog:
-    """One attempt's file-logger lines, split into train and evaluation parts by step."""
-
-    number: int
-    path: Path
-    train: dict[int, dict[str, Any]] = field(default_factory=dict)
-    val: dict[int, dict[str, Any]] = field(default_factory=dict)
-    first_line_step: int | None = None
-    first_line_val_only: bool = False
-
-    @property
-    def resume_step(self) -> int | None:
-        """The step this attempt continues from (None when it has logged nothing yet)."""
-        if self.first_line_step is None:
-            return None
-        if self.first_line_val_only and (not self.train or self.first_line_step < min(self.train)):
-            return self.first_line_step
-        return min(self.train) - 1
-
-    @property
-    def span(self) -> str:
-        return f"train {min(self.train)}..{max(self.train)}" if self.train else "no train steps"
-
-
-def read_attempt(number: int, path: Path) -> AttemptLog:
-    attempt = AttemptLog(number=number, path=path)
-    if not path.is_file():
-        return attempt
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    # the logger writes a line and its newline in one call: only an unterminated last line is torn
-    torn_index = len(lines) - 1 if not text.endswith("\n") else -1
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            step, data = int(entry["step"]), entry["data"]
-            if not isinstance(data, dict):
-                raise TypeError("data is not an object")
-        except (ValueError, KeyError, TypeError) as err:
-            if i == torn_index:
-                log.warning("%s:%d: ignoring an incomplete last line (being written?)", path, i + 1)
-                continue
-            raise IngestError(f"{path}:{i + 1}: not a file-logger line ({err})") from err
-        train = {k: v for k, v in data.items() if not k.startswith(VAL_PREFIX)}
-        val = {k: v for k, v in data.items() if k.startswith(VAL_PREFIX)}
-        if attempt.first_line_step is None:
-            attempt.first_line_step, attempt.first_line_val_only = step, not train
-        if train:
-            attempt.train.setdefault(step, {}).update(train)
-        if val:
-            attempt.val.setdefault(step, {}).update(val)
-    return attempt
-
-
-def read_attempts(run_dir: Path) -> list[AttemptLog]:
-    """Every attempt's file-logger lines, in attempt order."""
-    return [read_attempt(n, run_files.AttemptPaths(run_dir, n).file_logger) for n in run_files.attempts(run_dir)]
-
-
-def merged_rows(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
-    """Train rows and val metrics by step, later attempts winning (an attempt drops every earlier
-    row after its resume step); gaps are left as they are."""
-    train: dict[int, dict] = {}
-    val: dict[int, dict] = {}
-    for a in attempts:
-        start = a.resume_step
-        if start is None:
-            continue
-        for rows in (train, val):
-            for step in [s for s in rows if s > start]:
-                del rows[step]
-        train.update(a.train)
-        val.update(a.val)
-    return train, val
-
-
 def merge_attempts(attempts: list[AttemptLog]) -> tuple[dict[int, dict], dict[int, dict]]:
     """:func:`merged_rows`; a gap in the train steps 1..last raises :class:`IngestError`."""
     train, val = merged_rows(attempts)
@@ -307,15 +229,6 @@ def logged_through(run_dir: Path) -> int:
 def _short(items: list[int], limit: int = 10) -> str:
     text = ", ".join(map(str, items[:limit]))
     return f"[{text}{', ...' if len(items) > limit else ''}] ({len(items)})"
-
-
-def _number(value: Any) -> float | int | None:
-    """A finite number, or None (NaN/inf/missing); bools count as 0/1."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return value
-    return None
 
 
 class IncompleteDump(IngestError):
@@ -372,7 +285,7 @@ def read_val_dump(path: Path, cap: int, n_expected: int | None) -> list[dict[str
             length = int(e["response_length"])
             acc = int(float(e["acc"] if e.get("acc") is not None else e.get("score", -1)) > 0)
             samples.append({"data_source": str(e["data_source"]), "problem_id": pid, "sample": rank,
-                            "score": _number(e.get("score")), "acc": acc, "response_length": length,
+                            "score": finite_number(e.get("score")), "acc": acc, "response_length": length,
                             "truncated": length >= cap})
     return samples
 
@@ -400,16 +313,6 @@ def zero_variance_from_rollouts(path: Path) -> float | None:
 
 
 # -- building rows --------------------------------------------------------------------------------
-def truncation_ratio(data: dict[str, Any], cap: int, step: int) -> float | None:
-    longest, clip = _number(data.get("response_length/max")), _number(data.get("response_length/clip_ratio"))
-    if longest is None or clip is None:
-        return None
-    if longest > cap:
-        raise IngestError(f"train step {step}: response_length/max {longest} exceeds the configured cap {cap} "
-                          "(rollout.max_response_length does not match verl's data.max_response_length)")
-    return float(clip) if longest >= cap else 0.0
-
-
 def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path, missing: dict) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step}
     for key, value in sorted(data.items()):  # every numeric verl metric, under verl's name
@@ -419,8 +322,8 @@ def train_row(step: int, data: dict[str, Any], spec: RunSpec, rollout_dir: Path,
             row[key] = value  # RunRecord writes a non-finite value as null and logs it
     for name in TRAIN_DIRECT:
         row.setdefault(name, None)
-    row[ENTROPY] = next((_number(data[k]) for k in ENTROPY_SOURCES if k in data), None)
-    row[EVICTED] = _number(data.get(EVICTED, 0))
+    row[ENTROPY] = next((finite_number(data[k]) for k in ENTROPY_SOURCES if k in data), None)
+    row[EVICTED] = finite_number(data.get(EVICTED, 0))
     row[TRUNCATION] = truncation_ratio(data, spec.response_cap, step)
     if ZERO_VARIANCE not in data:
         row[ZERO_VARIANCE] = zero_variance_from_rollouts(rollout_dir / f"{step}.jsonl")
@@ -458,7 +361,7 @@ def build_attempts(run_dir: Path, logs: list[AttemptLog], previous: list[dict], 
         where = a.path if a.path.exists() else a.path.parent
         start = a.resume_step
         if start is None:
-            resume = run_files.resume_step(run_files.checkpoints_dir(run_dir))
+            resume = verl_files.resume_step(verl_files.checkpoints_dir(run_dir))
             start = prev.get("start_step", last if resume is None else min(resume, last))
         reached = max(a.train) if a.train else None
         if is_last:
@@ -501,14 +404,14 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None) -> 
     previous = recorded_run(run_dir)  # None: no record yet, or an unreadable one
     run_status = _status(status, previous, len(logs), last, spec.total_steps)
 
-    rollout_dir = run_files.rollout_dump_dir(run_dir)
+    rollout_dir = verl_files.rollout_dump_dir(run_dir)
     missing: dict[str, list[int]] = defaultdict(list)
     rows = [train_row(s, train[s], spec, rollout_dir, missing) for s in sorted(train)]
     for name, steps in missing.items():
         log.warning("%s: %s has no source at %d of %d steps (first %d): written as null",
                     run_dir.name, name, len(steps), len(rows), steps[0])
 
-    dump_dir = run_files.validation_dump_dir(run_dir)
+    dump_dir = verl_files.validation_dump_dir(run_dir)
     val_rows: list[dict[str, Any]] = []
     val_files: dict[int, str] = {}
     val_steps = sorted(s for s in val_logged if s <= last)
@@ -524,7 +427,7 @@ def ingest_run(run_dir: Path, cfg: Any = None, *, status: str | None = None) -> 
         logged = val_logged[s]
         for key, value in summary.items():
             m = rc.VAL_CORE_RE.match(key)
-            if m and _number(logged.get(key)) is not None and abs(logged[key] - value) > 1e-6:
+            if m and finite_number(logged.get(key)) is not None and abs(logged[key] - value) > 1e-6:
                 log.warning("step %d: verl logged %s = %s, the dump gives %s (dump used)", s, key, logged[key], value)
         row = {"step": s}
         row.update({k: v for k, v in sorted(logged.items()) if isinstance(v, int | float | type(None))})

@@ -32,11 +32,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runners.run import run_lock
+from runners.run import run_lock, verl_files
 from runners.run.run_error import RunError
 from runners.run.run_folder import write_config
 from runners.verl.backend import overrides as ovr
-from runners.verl.backend import resume_point, run_files
+from runners.verl.backend import resume_point
 from runners.verl.backend.child_process import GroupReaper, OutputFollower, stop_group
 from runners.verl.backend.launch_plan import LaunchPlan
 from runners.verl.backend.verl_run import VerlRun
@@ -59,7 +59,7 @@ class LaunchSpec:
     hydra_overrides: list[str]  # verl's own Hydra app (output folder)
     env: dict[str, str]  # set on top of the launcher's environment
     cwd: Path
-    paths: run_files.AttemptPaths
+    paths: verl_files.AttemptPaths
 
     @property
     def argv(self) -> list[str]:
@@ -81,8 +81,8 @@ class LaunchSpec:
 
 def build_spec(run: VerlRun, run_dir: Path, attempt: int | None = None) -> LaunchSpec:
     """The launch of ``attempt`` (default: the next one) of this run."""
-    attempt = run_files.next_attempt(run_dir) if attempt is None else attempt
-    paths = run_files.AttemptPaths(Path(run_dir), attempt)
+    attempt = verl_files.next_attempt(run_dir) if attempt is None else attempt
+    paths = verl_files.AttemptPaths(Path(run_dir), attempt)
     python = str(run.cfg.backend.python) if run.cfg.backend.get("python") else sys.executable
     return LaunchSpec(python=python, overrides=ovr.build_overrides(run, paths), hydra_overrides=ovr.hydra_overrides(paths),
                       env=ovr.process_env(run, paths), cwd=Path.cwd().resolve(), paths=paths)

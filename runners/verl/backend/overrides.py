@@ -26,10 +26,10 @@ from omegaconf import DictConfig
 
 from ablations.arms import ArmSpec
 from runners.config.hydra_override import override
+from runners.run.verl_files import AttemptPaths
 from runners.verl import head as verl_head
-from runners.verl.backend import ray_cluster
-from runners.verl.backend.run_files import AttemptPaths
 from runners.verl.backend.verl_run import VerlRun
+from runners.verl.cluster import ray_cluster
 from runners.verl.revisions import config_facts, defects, newer_keys
 
 #: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``; see
@@ -122,7 +122,7 @@ def trainer_overrides(run: VerlRun, paths: AttemptPaths) -> list[str]:
     ov.put("actor_rollout_ref.rollout.n_gpus_per_node", int(place.rollout_gpus_per_node))
     ov.put("actor_rollout_ref.rollout.tensor_model_parallel_size", int(place.rollout_tensor_parallel))
     ov.put("actor_rollout_ref.rollout.checkpoint_engine.backend", engine.checkpoint_engine)
-    # the Ray verl's driver starts or joins: never a cluster it happens to find (runners/verl/backend/ray_cluster.py)
+    # the Ray verl's driver starts or joins: never a cluster it happens to find (runners/verl/cluster/ray_cluster.py)
     ov.put("ray_kwargs.ray_init.address", ray_cluster.init_address(cfg), add=True)
     if place.shared_gpu:  # Ray is told of a GPU per pool; both use the one device (SHARED_GPU_ENV)
         ov.put("ray_kwargs.ray_init.num_gpus", int(place.trainer_gpus_per_node) + int(place.rollout_gpus_per_node), add=True)

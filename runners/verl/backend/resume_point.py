@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from runners.verl.backend import run_files
-from runners.verl.backend.checkpoints import list_checkpoints
+from runners.run import verl_files
 from runners.verl.backend.ingest import logged_through
+from runners.verl.checkpoints.store import list_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +34,9 @@ SUPERSEDED = "superseded"
 def align(run_dir: Path, attempt: int) -> int | None:
     """Make verl's resume point for ``attempt`` a checkpoint whose step is logged; return the step
     verl resumes from (None: from scratch or no tracker)."""
-    ckpt_dir = run_files.checkpoints_dir(run_dir)
-    tracker = ckpt_dir / run_files.TRACKER
-    tracked = run_files.resume_step(ckpt_dir)  # None: no tracker, or one torn by a kill while verl wrote it
+    ckpt_dir = verl_files.checkpoints_dir(run_dir)
+    tracker = ckpt_dir / verl_files.TRACKER
+    tracked = verl_files.resume_step(ckpt_dir)  # None: no tracker, or one torn by a kill while verl wrote it
     if tracked is None and not tracker.exists():  # a fresh run: nothing to read
         return None
     logged = logged_through(run_dir)

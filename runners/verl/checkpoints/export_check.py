@@ -4,7 +4,7 @@
 tensor count, dtypes and parameter count read from the safetensors headers (the ``safetensors``
 library); the caller's ``source`` and ``format``; versions; config hash; a load-and-generate check
 (transformers, on a GPU where ``torch.cuda.is_available()``, else recorded as skipped). Nothing
-here depends on how the folder was produced (verl's merger, for ``runners.verl.backend.checkpoints``).
+here depends on how the folder was produced (verl's merger, for ``runners.verl.checkpoints.store``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Hydra job (``runners/launch.py``'s ``main``) in every task (``srun``). :func:`jo
   token made for the job), writes the head's address and the token to ``<job folder>/<job id>_ray_head.json``
   (mode 0600, on the shared filesystem submitit needs anyway: **that file is how the address reaches the
   workers**), waits until every task's node has joined, then runs the arm with ``backend.ray_address`` set to
-  the head (the cluster check of :mod:`runners.verl.backend.ray_cluster` then runs against it). When the arm
+  the head (the cluster check of :mod:`runners.verl.cluster.ray_cluster` then runs against it). When the arm
   ends, however it ends, it writes ``<job id>_ray_done`` and stops its node.
 * **every other task, a worker** (:func:`serve_as_worker`, before the launcher touches the run folder): waits
   for the head's file, joins (``ray start --address=<head>``), and stays until the head writes its done file
@@ -162,7 +162,7 @@ def head_of_job(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIM
     The token goes into this process's environment, which the verl driver inherits."""
     from ray._private.services import get_node_ip_address
 
-    from runners.verl.backend import ray_cluster
+    from runners.verl.cluster import ray_cluster
 
     temp_dir = Path(tempfile.mkdtemp(prefix=f"sc-ray-{task.job_id}-", dir="/tmp"))
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}

@@ -16,15 +16,15 @@ off (``trainer.max_actor_ckpt_to_keep=null``) or it deletes best checkpoints fir
 
 Export (:func:`export_checkpoint`) runs verl's merger (BF16 HF safetensors plus config and
 tokenizer, no optimizer state) into a temporary folder, verifies it
-(:func:`runners.verl.backend.export_check.verify_export`: ``verification.json``) and moves it to ``<run>/export``::
+(:func:`runners.verl.checkpoints.export_check.verify_export`: ``verification.json``) and moves it to ``<run>/export``::
 
     python -m verl.model_merger merge --backend fsdp --local_dir <ckpt>/global_step_N/actor --target_dir <out>
 
 CLI::
 
-    python -m runners.verl.backend.checkpoints list RUN_DIR
-    python -m runners.verl.backend.checkpoints retain RUN_DIR --keep-latest 2 --keep-best 1 [--delete]
-    python -m runners.verl.backend.checkpoints export RUN_DIR --step best|latest|N [--out DIR] [--force]
+    python -m runners.verl.checkpoints list RUN_DIR
+    python -m runners.verl.checkpoints retain RUN_DIR --keep-latest 2 --keep-best 1 [--delete]
+    python -m runners.verl.checkpoints export RUN_DIR --step best|latest|N [--out DIR] [--force]
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runners.run import verl_files
 from runners.run.checkpoint_selection import TEST_SET_SELECTION, best_steps, eval_average
 from runners.run.run_contract import CONFIG_FILE, EXPORT_DIR, METRICS_FILE
 from runners.run.run_record import atomic_write_text, utc_now
-from runners.verl.backend import run_files
-from runners.verl.backend.export_check import VERIFICATION_FILE, ExportError, verify_export
+from runners.verl.checkpoints.export_check import VERIFICATION_FILE, ExportError, verify_export
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 MERGER_LOG = "model_merger.log"
@@ -97,7 +97,7 @@ def plan_retention(run_dir: Path, keep_latest: int, keep_best: int) -> Retention
     """Which checkpoints to keep (with the reasons) and which to delete; deletes nothing."""
     if keep_latest < 1 or keep_best < 0:
         raise CheckpointError(f"keep_latest must be >= 1 and keep_best >= 0, got {keep_latest}, {keep_best}")
-    ckpt_dir = run_files.checkpoints_dir(run_dir)
+    ckpt_dir = verl_files.checkpoints_dir(run_dir)
     steps = list(list_checkpoints(ckpt_dir))
     plan = RetentionPlan(ckpt_dir=str(ckpt_dir), keep_latest=keep_latest, keep_best=keep_best)
     for s in steps[-keep_latest:]:
@@ -107,7 +107,7 @@ def plan_retention(run_dir: Path, keep_latest: int, keep_best: int) -> Retention
         for rank, s in enumerate(best, start=1):
             plan.keep.setdefault(s, []).append(f"best #{rank} by eval average (test-set selection)")
             plan.best.append({"rank": rank, "step": s, **averages[s]})
-    resume = run_files.resume_step(ckpt_dir)
+    resume = verl_files.resume_step(ckpt_dir)
     if resume in steps:
         plan.keep.setdefault(resume, []).append("resume point (latest_checkpointed_iteration.txt)")
     plan.delete = [s for s in steps if s not in plan.keep]
@@ -169,7 +169,7 @@ def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path 
     ``load_check`` is ``auto`` (GPU if available, else skipped), ``cpu`` or ``skip``.
     """
     run_dir = Path(run_dir).resolve()
-    ckpt_dir = run_files.checkpoints_dir(run_dir)
+    ckpt_dir = verl_files.checkpoints_dir(run_dir)
     s, selection = resolve_step(run_dir, step, ckpt_dir)
     actor = ckpt_dir / f"global_step_{s}" / "actor"
     out_dir = Path(out_dir) if out_dir else run_dir / EXPORT_DIR
@@ -199,7 +199,7 @@ def export_checkpoint(run_dir: Path, step: str | int = "best", *, out_dir: Path 
 
 # -- CLI ------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.verl.backend.checkpoints", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m runners.verl.checkpoints", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="checkpoints and their evaluation average")
     p.add_argument("run_dir", type=Path)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.command == "list":
-            ckpt_dir = run_files.checkpoints_dir(args.run_dir)
+            ckpt_dir = verl_files.checkpoints_dir(args.run_dir)
             metrics_file = Path(args.run_dir) / METRICS_FILE
             averages = eval_average(_load_metrics(args.run_dir)) if metrics_file.is_file() else {}
             for s, path in list_checkpoints(ckpt_dir).items():
