@@ -118,18 +118,18 @@ def with_deferred(cfg: DictConfig, deferred: dict[str, Any]) -> DictConfig:
     return view
 
 
-def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str]:
-    """What the arm's head transport (``transport``: a :class:`~runners.verl.revisions.installed.HeadCarrier`
+def score_centering_problems(cfg: DictConfig, carrier: str | None) -> list[str]:
+    """What the arm's head carrier (``carrier``: a :class:`~runners.verl.revisions.installed.HeadCarrier`
     name, None for an arm without score centering) would reject in this setting; verl's own score-centering
     keys set without it are a problem too."""
     from ablations.arms import all_arms, parse_is_threshold
 
     get = lambda key, absent=None: OmegaConf.select(cfg, key, default=absent)  # noqa: E731
     on = [bool(get(key, False)) for key in (newer_keys.DRIVER_SC_KEY, newer_keys.ACTOR_SC_KEY)]
-    if transport is None:
+    if carrier is None:
         return [f"verl's score centering is switched on ({newer_keys.DRIVER_SC_KEY}) for an arm without it"] if any(on) else []
     problems: list[str] = []
-    if transport == installed.VERL_CARRIES.name:
+    if carrier == installed.VERL_CARRIES.name:
         if not all(on):
             problems.append(f"score centering must be on in both {newer_keys.DRIVER_SC_KEY} and {newer_keys.ACTOR_SC_KEY}")
         topk = get(newer_keys.TOPK_KEY, 0)
@@ -137,7 +137,7 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
             problems.append(f"{newer_keys.TOPK_KEY} must be an integer >= 1, got {topk!r}")
     else:
         if any(on):
-            problems.append(f"{newer_keys.DRIVER_SC_KEY} belongs to verl's own head transport, not the project's")
+            problems.append(f"{newer_keys.DRIVER_SC_KEY} belongs to verl as head carrier, not the project's")
         topk_key = f"{config_facts.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}"
         topk = get(topk_key, 0)
         if not (isinstance(topk, int) and topk >= 1):
@@ -145,7 +145,7 @@ def score_centering_problems(cfg: DictConfig, transport: str | None) -> list[str
         elif not (isinstance(cap := get(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs", 20), int) and cap >= topk):
             problems.append(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs={cap!r} is below the head size {topk}: "
                             "vLLM refuses the request")
-    for req in (r for r in sc_requirements.SC_REQUIRES if r.applies(transport)):
+    for req in (r for r in sc_requirements.SC_REQUIRES if r.applies(carrier)):
         if not req.allows(got := get(req.key, req.absent)):
             problems.append(f"score centering needs {req.key} {req.wanted()}, got {got!r} ({req.why})")
     for name in sc_requirements.SC_SIDES_AGREE:  # compared as written: a key set on one side only is a mismatch
@@ -213,7 +213,7 @@ def loss_call_problems(cfg: DictConfig, view: DictConfig, project_carries: bool 
     The actor config goes through verl's own ``omega_conf_to_dataclass`` (as in ``init_model``), so
     what the loss reads from it arrives in the form it has inside the worker (the actor-side
     ``rollout_correction`` block, for one, is a plain mapping there). ``view`` is the config with
-    the keys of newer verl set: with verl's own transport an SC arm's loss gets ``sc_correction`` as
+    the keys of newer verl set: with verl as head carrier an SC arm's loss gets ``sc_correction`` as
     the keyword, with the project as carrier (``project_carries``) it is supplied around the call, as the
     head engine does.
     """

@@ -1,4 +1,5 @@
-"""The project config -> verl override list, as a pure function (docs/verl_reference.md, "How each arm runs in verl").
+"""The project config -> verl override list, as a pure function (docs/verl_reference.md, "How each arm runs in
+verl").
 
 :func:`build_overrides` reads the resolved run (:class:`~runners.verl.backend.verl_run.VerlRun`) and the attempt's absolute paths and
 returns the ``key=value`` strings ``python -m verl.trainer.main_ppo`` receives. Every value comes
@@ -51,7 +52,7 @@ def data_files(cfg: DictConfig) -> tuple[Path, list[Path]]:
 
 def process_env(run: VerlRun, paths: AttemptPaths) -> dict[str, str]:
     """Environment of the verl driver and (through Ray's runtime_env) of every Ray actor: the file
-    logger's path, the modules every verl process imports (for an SC arm its transport's), what the
+    logger's path, the modules every verl process imports (for an SC arm its head carrier's), what the
     installed verl needs to avoid its known defects (:func:`runners.verl.revisions.defects.environment_fixes`),
     the head engine's vendor key where the project carries the head, and the platform's
     (:meth:`runners.verl.platform.base.Platform.environment`; its modules right after the loss registration: the
@@ -71,7 +72,7 @@ def process_env(run: VerlRun, paths: AttemptPaths) -> dict[str, str]:
 
 def _rollout_correction(cfg: DictConfig) -> dict[str, Any]:
     """The rollout-correction block, identical on the driver and the actor side, every key explicit
-    (8718ca30 compares the two blocks key by key with no defaults): bypass-mode REINFORCE and the arm's
+    (the score-centering verl compares the two blocks key by key with no defaults): bypass-mode REINFORCE and the arm's
     correction (:meth:`ablations.arms.ArmSpec.verl_rollout_correction`). The two keys of verl 0.9.1's
     rejection mask are written only for an arm that has one, so the four arms' override lists are unchanged."""
     block = ArmSpec.of(cfg.method).verl_rollout_correction()

@@ -1,5 +1,5 @@
-"""What a score-centering arm needs of verl's config: for verl's own transport what 8718ca30's validator
-and config classes require, for the project's what :mod:`runners.verl.head` relies on; checked before any
+"""What a score-centering arm needs of verl's config: where verl carries the head, what the score-centering
+verl's validator and config classes require; where the project carries it, what :mod:`runners.verl.head` relies on; checked before any
 compute (:mod:`runners.verl.backend.checks`) and on the composed config (:mod:`runners.verl.backend.dry_run`).
 """
 
@@ -42,7 +42,7 @@ FULL = "the head needs the full distribution"
 #: log-probs with flash-attn's cross-entropy and inplace_backward=True, which overwrites the logits.
 IN_PLACE_CE = ("verl's log-prob backward would otherwise run flash-attn's cross-entropy in place over the logits "
                "the correction's backward reads")
-#: What a score-centering arm needs of verl's config: for verl's own transport what 8718ca30's config
+#: What a score-centering arm needs of verl's config: for verl as head carrier what the score-centering verl's config
 #: validator, ``RolloutConfig`` and ``RolloutCorrectionConfig`` (plus the project's seam) require, besides
 #: :data:`NEWER_KEYS` and :data:`SC_SIDES_AGREE`; for the project's what :mod:`runners.verl.head` relies on.
 SC_REQUIRES: tuple[Requirement, ...] = (
@@ -51,7 +51,7 @@ SC_REQUIRES: tuple[Requirement, ...] = (
                 "(vLLM, or the CPU rehearsal's runners.verl.platform.rehearsal)", carrier="project"),
     Requirement(f"{ROLLOUT}.agent.agent_loop_manager_class", MANAGER_CLASS,
                 "the project's agent-loop manager carries the head", carrier="project"),
-    Requirement(f"{ROLLOUT}.agent.default_agent_loop", "single_turn_agent", "the project's transport carries "
+    Requirement(f"{ROLLOUT}.agent.default_agent_loop", "single_turn_agent", "the project's head carrying carries "
                 "single-turn rollouts (every response token from one request)", carrier="project",
                 absent="single_turn_agent"),
     Requirement("actor_rollout_ref.actor.calculate_entropy", True, IN_PLACE_CE, project="backend.actor.calculate_entropy"),
@@ -70,5 +70,5 @@ SC_REQUIRES: tuple[Requirement, ...] = (
     Requirement(f"{DRIVER_RC}.rollout_is", (None, "token"), "token-level IS only"),
     Requirement(f"{DRIVER_RC}.rollout_is_batch_normalize", (False, None), "token-level IS only", absent=False),
 )
-#: Keys 8718ca30 compares between the actor and the driver block as written (no defaults filled in).
+#: Keys the score-centering verl compares between the actor and the driver block as written (no defaults filled in).
 SC_SIDES_AGREE = ("bypass_mode", "loss_type", "rollout_is", "rollout_is_threshold")

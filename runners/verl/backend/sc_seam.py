@@ -1,4 +1,4 @@
-"""The seam: the project's score-centering correction in verl's logits-processor slot (verl 8718ca30).
+"""The seam: the project's score-centering correction in the score-centering verl's logits-processor slot.
 
 How verl computes the correction and what the project replaces: docs/verl_reference.md, "Score centering:
 where the project's correction plugs in". :func:`install` puts :func:`project_logits_processor` in place of
@@ -73,8 +73,8 @@ def install(module: Any | None = None) -> None:
     if module is None:
         if verl_installed.head_carrier() is not verl_installed.VERL_CARRIES:
             raise verl_installed.ScoreCenteringUnsupported(
-                f"the seam hook is for verl's own head transport (verl commit {releases.REQUIRED_COMMIT}, or later): the "
-                f"installed verl has no {newer_keys.SEAM_MODULE}; its SC arms use the project's transport (runners.verl.head)")
+                f"the seam hook is for verl as head carrier (verl commit {releases.REQUIRED_COMMIT}, or later): the "
+                f"installed verl has no {newer_keys.SEAM_MODULE}; its SC arms use the project's head carrying (runners.verl.head)")
         verl_installed.require("installing the project's score-centering correction")
         module = importlib.import_module(newer_keys.SEAM_MODULE)
     verify_seam(module)

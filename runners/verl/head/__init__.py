@@ -1,8 +1,9 @@
 """The sampler's top-k head on released verl (0.9.1), carried by the project through verl's own slots.
 
-verl 8718ca30 (PR #8010) carries the head itself; 0.9.1 has no transport, and its separate_async
-client drops every extra field of a rollout server. This package carries it, for the SC arms only,
-without editing or copying verl's files (which transport an arm uses: ``runners.verl.revisions``):
+The score-centering verl (:data:`runners.verl.revisions.releases.SCORE_CENTERING`) carries the head itself;
+0.9.1 carries none, and its separate_async client drops every extra field of a rollout server. This
+package carries it, for the SC arms only, without editing or copying verl's files (who carries an arm's head:
+:func:`runners.verl.revisions.installed.head_carrier`):
 
 ==========  ===================================================================================
 rollout     :mod:`~runners.verl.head.vllm_server` -- verl's vLLM server class (chosen by the
@@ -29,10 +30,10 @@ log-probs as float32, ``8 k`` bytes (1,024 at k = 128; a 8,192-token response ca
 #: (vLLM's ``SamplingParams.extra_args`` is for plug-ins; verl passes it through).
 REQUEST_KEY = "sc_ablations_topk"
 #: A rollout server's ``TokenOutput.extra_fields`` with the head of the generated tokens, one row per
-#: token (the names verl 8718ca30's vLLM server uses).
+#: token (the names the score-centering verl's vLLM server uses).
 TOKEN_IDS, TOKEN_LOG_PROBS = "response_topk_ids", "response_topk_log_probs"
 #: The training batch's fields: one head per sequence position (response token r at row
-#: ``prompt_length - 1 + r``, a dummy head elsewhere), the layout verl 8718ca30's trainer reads.
+#: ``prompt_length - 1 + r``, a dummy head elsewhere), the layout the score-centering verl's trainer reads.
 SEQUENCE_IDS, SEQUENCE_LOG_PROBS = "rollout_topk_ids", "rollout_topk_log_probs"
 #: verl's ``EngineRegistry`` vendor key of the head-reading FSDP engine (``VERL_ENGINE_VENDOR``).
 ENGINE_VENDOR = "sc_ablations_head"

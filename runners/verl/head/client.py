@@ -69,7 +69,7 @@ class HeadLLMServerClient(FullyAsyncLLMServerClient, _SegmentHeads):
     def of(cls, client: FullyAsyncLLMServerClient) -> HeadLLMServerClient:
         """The same client (its load balancer, its config) with the head kept: this class adds no state."""
         if type(client) is not FullyAsyncLLMServerClient:
-            raise TypeError(f"the project's head transport wraps verl's FullyAsyncLLMServerClient, got "
+            raise TypeError(f"the project as head carrier wraps verl's FullyAsyncLLMServerClient, got "
                             f"{type(client).__qualname__}: the separate_async trainer's client changed")
         head = cls.__new__(cls)
         head.__dict__.update(vars(client))

@@ -1,5 +1,5 @@
 """The correction in verl's logits-processor slot: the project's head gather and centering term on the
-trainer's packed logits, used by both transports (verl 8718ca30's seam and the project's engine).
+trainer's packed logits, used by both head carriers (the score-centering verl's seam and the project's engine).
 
 Imports verl only inside :func:`sequence_parallel_slice` (Ulysses sequence parallelism).
 """

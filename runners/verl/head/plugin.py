@@ -1,4 +1,4 @@
-"""Imported at ``import verl`` in every process of an SC arm on the project's head transport
+"""Imported at ``import verl`` in every process of an SC arm on the project as head carrier
 (``VERL_USE_EXTERNAL_MODULES``, set by the launcher): registers the head-reading FSDP engine in verl's
 ``EngineRegistry`` and, off the CPU platform, the head-capturing vLLM replica under verl's rollout
 name ``vllm`` (lazily: vLLM is imported only where verl builds a replica). The CPU rehearsal keeps its

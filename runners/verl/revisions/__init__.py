@@ -3,12 +3,12 @@
 * :mod:`~runners.verl.revisions.releases` -- the supported revisions: **0.9.1** (the PyPI pin: the V1
   ``separate_async`` trainer, bypass-mode REINFORCE, token-level IS, no score-centering transport of its
   own, but the slots through which the project carries the sampler's head itself, :mod:`runners.verl.head`)
-  and **8718ca30** (PR #8010: 0.9.1 plus verl's own score-centering transport);
+  and **the score-centering commit** (:data:`~runners.verl.revisions.releases.SCORE_CENTERING`: 0.9.1 plus verl's own score-centering transport);
 * :mod:`~runners.verl.revisions.config_facts` -- config keys and defaults every supported revision shares;
-* :mod:`~runners.verl.revisions.newer_keys` -- what 8718ca30 adds: its config keys and its slot module;
-* :mod:`~runners.verl.revisions.project_slots` -- what the project's transport plugs into on 0.9.1;
+* :mod:`~runners.verl.revisions.newer_keys` -- what the score-centering verl adds: its config keys and its slot module;
+* :mod:`~runners.verl.revisions.project_slots` -- what the project's head carrying plugs into on 0.9.1;
 * :mod:`~runners.verl.revisions.defects` -- defects of a revision, avoided by the environment;
-* :mod:`~runners.verl.revisions.installed` -- which transport an SC arm uses on the installed verl, and
+* :mod:`~runners.verl.revisions.installed` -- who carries an SC arm's head on the installed verl, and
   whether that verl has what it relies on (an SC launch stops before anything starts where it does not);
 * :mod:`~runners.verl.revisions.lookup` -- reading the installed verl without importing it.
 

@@ -1,10 +1,10 @@
-"""verl config keys and defaults that every supported revision shares (0.9.1 and 8718ca30).
+"""verl config keys and defaults that every supported revision shares (0.9.1 and the score-centering commit).
 """
 
 from __future__ import annotations
 
 #: ``RolloutCorrectionConfig.rollout_is_threshold``'s default (a test holds it equal to the installed
-#: verl's). Written on both sides for arms without TIS: 8718ca30 compares the blocks with no defaults.
+#: verl's). Written on both sides for arms without TIS: the score-centering verl compares the blocks with no defaults.
 DEFAULT_IS_THRESHOLD = 2.0
 #: Bypass mode with REINFORCE: the sampler's log-prob is ``old_log_prob`` (no recompute pass), no PPO clip.
 BYPASS_REINFORCE = {"bypass_mode": True, "loss_type": "reinforce"}

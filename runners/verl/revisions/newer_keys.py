@@ -1,5 +1,5 @@
-"""What verl 8718ca30 (PR #8010) adds: the config keys of score centering and the module of its
-logits-processor slot, into which the project plugs its correction (:mod:`runners.verl.backend.sc_seam`).
+"""What the score-centering verl (:data:`runners.verl.revisions.releases.SCORE_CENTERING`) adds: the config keys
+of score centering and the module of its logits-processor slot, into which the project plugs its correction (:mod:`runners.verl.backend.sc_seam`).
 """
 
 from __future__ import annotations

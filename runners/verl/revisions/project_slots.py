@@ -1,4 +1,4 @@
-"""What the project's head transport (:mod:`runners.verl.head`) plugs into on verl 0.9.1, and how to tell
+"""What the project as head carrier (:mod:`runners.verl.head`) plugs into on verl 0.9.1, and how to tell
 each slot is there on the installed verl (docs/verl_reference.md prints :func:`slots_table`).
 """
 
@@ -110,6 +110,6 @@ PROJECT_SLOTS: tuple[Slot, ...] = (
 
 def slots_table() -> str:
     """:data:`PROJECT_SLOTS` as printed in docs/verl_reference.md."""
-    lines = ["| where (verl 0.9.1) | what the project's transport relies on |", "|---|---|"]
+    lines = ["| where (verl 0.9.1) | what the project's head carrying relies on |", "|---|---|"]
     lines += [f"| `{slot.where}` | {slot.what} |" for slot in PROJECT_SLOTS]
     return "\n".join(lines)

@@ -1,11 +1,14 @@
-"""The CPU rehearsal: verl's V1 ``separate_async`` trainer on a CPU, its GPU-only leaves swapped (``backend.platform=cpu``).
+"""The CPU rehearsal: verl's V1 ``separate_async`` trainer on a CPU, its GPU-only leaves swapped
+(``backend.platform=cpu``).
 
-The launcher's side, the platform of the seam (:class:`~runners.verl.platform.rehearsal.cpu_platform.RehearsalPlatform`):
+The launcher's side, the platform of the seam
+(:class:`~runners.verl.platform.rehearsal.cpu_platform.RehearsalPlatform`):
 
 * :mod:`~runners.verl.platform.rehearsal.swaps` -- the reference launch with exactly these stand-ins swapped in,
   each named, and the difference from the reference launch key by key;
 * :mod:`~runners.verl.platform.rehearsal.limits` -- what its tiny model, task and rollout can hold;
-* :mod:`~runners.verl.platform.rehearsal.assets` -- what it trains on (the tiny model of :mod:`runners.tiny`, generated data).
+* :mod:`~runners.verl.platform.rehearsal.assets` -- what it trains on (the tiny model of :mod:`runners.tiny`,
+  generated data).
 
 The stand-ins, inside verl's processes, all through verl's own registries (no file of verl is edited):
 
@@ -40,7 +43,7 @@ ENGINE_DEVICE = "cuda"
 #: Environment that selects the CPU platform in every verl process (driver and Ray actors).
 ENVIRONMENT = {"VERL_PLATFORM": PLATFORM, "VERL_ENGINE_DEVICE": ENGINE_DEVICE}
 ROLLOUT_NAME = "cpu_hf"
-#: verl's rollout name that the CPU rollout also answers to on the CPU platform: verl 8718ca30 takes the
+#: verl's rollout name that the CPU rollout also answers to on the CPU platform: the score-centering verl takes the
 #: sampler's head (score centering) from ``rollout.name=vllm`` only, so the rehearsal's SC arms keep it.
 HEAD_ROLLOUT_NAME = "vllm"
 WEIGHT_SYNC_BACKEND = "cpu_file"

@@ -8,13 +8,13 @@ named ``cpu_hf_server_<rank>``):
   top-k/top-p), what vLLM returns with ``logprobs_mode=processed_logprobs``;
   ``extra_fields["global_steps"]`` is the weight version that sampled them (the staleness tag);
 * the sampler's head: where the request asks for one -- ``sampling_params["topk_log_probs"] = k > 0``,
-  which verl 8718ca30's agent loop sends on training rollouts only, from ``rollout.topk_log_probs``, or
-  ``sampling_params["extra_args"]["sc_ablations_topk"] = k``, the project's head transport on verl
+  which the score-centering verl's agent loop sends on training rollouts only, from ``rollout.topk_log_probs``, or
+  ``sampling_params["extra_args"]["sc_ablations_topk"] = k``, the project as head carrier on verl
   0.9.1 (:mod:`runners.verl.head`) --, ``extra_fields["response_topk_ids"]`` (int32) and
   ``["response_topk_log_probs"]`` (float32), one row of the k largest processed log-probs per generated
   token, the layout both vLLM servers return; a request that asks for none gets none;
 * registered under :data:`~runners.verl.platform.rehearsal.ROLLOUT_NAME` and, on the CPU platform only, under
-  verl's name ``vllm`` too (:data:`~runners.verl.platform.rehearsal.HEAD_ROLLOUT_NAME`): 8718ca30 takes the head from
+  verl's name ``vllm`` too (:data:`~runners.verl.platform.rehearsal.HEAD_ROLLOUT_NAME`): the score-centering verl takes the head from
   ``rollout.name=vllm`` only, so the rehearsal's SC arms keep that name and get this stand-in;
 * ``abort_all_requests``/``resume_generation`` around a weight sync: a request in flight returns
   what it has with ``stop_reason="aborted"`` and verl's client resumes it with prompt + those tokens;

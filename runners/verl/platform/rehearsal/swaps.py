@@ -58,10 +58,10 @@ def logical_gpus(cfg: DictConfig) -> int:
 
 
 def rollout_name(cfg: DictConfig) -> str:
-    """verl's rollout name in a rehearsal: the CPU rollout's own, or for an SC arm on verl's own head
-    transport ``vllm``, which verl 8718ca30 requires of score centering and the CPU platform maps to
-    the same stand-in (:data:`runners.verl.platform.rehearsal.HEAD_ROLLOUT_NAME`). On the project's transport the
-    CPU rollout answers the head request under its own name."""
+    """verl's rollout name in a rehearsal: the CPU rollout's own, or for an SC arm whose head verl carries
+    ``vllm``, which the score-centering verl requires and the CPU platform maps to the same stand-in
+    (:data:`runners.verl.platform.rehearsal.HEAD_ROLLOUT_NAME`). Where the project carries the head the CPU
+    rollout answers the head request under its own name."""
     from ablations.arms import ArmSpec
     from runners.verl.revisions import installed
 
@@ -147,8 +147,8 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
     rollout = vllm_rollout_swap(cfg, state_dir) if uses_vllm(cfg) else Swap(
         "rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl.platform.rehearsal.rollout): "
         "an HF model sampling on the CPU instead of vLLM, returning the sampler's top-k head where a request "
-        "asks for it; an SC arm on verl's own head transport keeps rollout.name="
-        f"{verl_cpu.HEAD_ROLLOUT_NAME} (verl 8718ca30 takes the head from that name only), which the "
+        "asks for it; an SC arm on verl as head carrier keeps rollout.name="
+        f"{verl_cpu.HEAD_ROLLOUT_NAME} (the score-centering verl takes the head from that name only), which the "
         "CPU platform registers to the same stand-in",
         {"actor_rollout_ref.rollout.name": rollout_name(cfg), "actor_rollout_ref.rollout.dtype": "float32"})
     return [
