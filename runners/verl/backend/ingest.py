@@ -83,6 +83,8 @@ from runners.run.attempt_logs import (
 from runners.run.contract_check import arm_train_metrics
 from runners.run.provenance import config_sha256, versions
 from runners.run.run_record import RunRecord, recorded_run, write_text_if_changed
+from runners.verl.platform import platform_for
+from runners.verl.platform.rehearsal.cpu_platform import standin_seed_fixes
 
 log = logging.getLogger(__name__)
 
@@ -113,51 +115,29 @@ SEED_FIXES = rc.seed_fixes_record(
 )
 
 
-#: ``run.seed_fixes`` of a rehearsal (``backend.platform=cpu``): the same verl keys, but the rollout that
-#: samples is the CPU stand-in for vLLM (:mod:`runners.verl.platform.rehearsal.rollout`), one ``torch.Generator`` per
-#: replica seeded ``actor_rollout_ref.rollout.seed`` + replica rank; requests share it token by token.
-REHEARSAL_SEED_FIXES = rc.seed_fixes_record(
-    {**{k: v for k, v in SEED_FIXES["how"].items() if k != "rollout_engine"},
-     "rollout_engine": "actor_rollout_ref.rollout.seed: the torch.Generator of each CPU rollout replica "
-                       "(runners/verl/platform/rehearsal/rollout.py), seeded with seed + replica rank"},
-    {"sampler": "the CPU rollout (an HF model on the CPU standing in for vLLM) draws every token from its "
-                "replica's one generator, and the requests in flight take turns token by token and are cut "
-                "at weight syncs, both as the processes' timing goes: which draw lands in which response is "
-                "not reproducible",
-     "evaluation": "validation samples through the same CPU rollout replicas and generators: not reproducible "
-                   "either",
-     "schedule": SEED_FIXES["not_fixed"]["schedule"],
-     "eval_problems": SEED_FIXES["not_fixed"]["eval_problems"]},
-    reproducible=False,
-)
-
-
-def _standin_rollout(cfg: Any) -> bool:
-    """Whether the CPU stand-in for vLLM generated the rollouts (the rehearsal's fast path, `backend.rehearsal_rollout=standin`)."""
-    from runners.verl.platform import rehearsal as verl_cpu
-
-    return (_get(cfg, "backend.platform") == verl_cpu.PLATFORM
-            and _get(cfg, "backend.rehearsal_rollout", "standin") != verl_cpu.VLLM_ROLLOUT)
+#: ``run.seed_fixes`` of a rehearsal whose rollout is the CPU stand-in (the platform's record of
+#: :data:`SEED_FIXES`: :func:`runners.verl.platform.rehearsal.cpu_platform.standin_seed_fixes`).
+REHEARSAL_SEED_FIXES = standin_seed_fixes(SEED_FIXES)
 
 
 def seed_fixes_of(cfg: Any) -> dict[str, Any]:
-    """What the seed fixes in this run: :data:`REHEARSAL_SEED_FIXES` where the CPU stand-in rolled out
-    (``backend.rehearsal_rollout=standin``), else :data:`SEED_FIXES` (vLLM's engine: on GPUs, or its CPU
-    build in the rehearsal, its default)."""
-    return REHEARSAL_SEED_FIXES if _standin_rollout(cfg) else SEED_FIXES
+    """What the seed fixes in this run: :data:`SEED_FIXES` as the run's platform records it
+    (:meth:`runners.verl.platform.base.Platform.seed_fixes`: :data:`REHEARSAL_SEED_FIXES` where the rehearsal's
+    CPU stand-in rolled out, ``backend.rehearsal_rollout=standin``)."""
+    return platform_for(cfg).seed_fixes(SEED_FIXES)
 
 
 def rollout_engine(cfg: Any) -> str:
     """``run.versions.rollout``: the engine that generated the rollouts, with its version: ``vllm <version>``
-    (``+cpu``: vLLM's CPU build) or the CPU stand-in (``runners/verl/platform/rehearsal/rollout.py``)."""
-    if _standin_rollout(cfg):
-        return "standin (runners/verl/platform/rehearsal/rollout.py: an HF model on the CPU in place of vLLM)"
+    (``+cpu``: vLLM's CPU build), or what the run's platform put in its place
+    (:meth:`runners.verl.platform.base.Platform.rollout_engine`: the rehearsal's CPU stand-in)."""
     from importlib import metadata
 
     try:
-        return f"vllm {metadata.version('vllm')}"
+        vllm = f"vllm {metadata.version('vllm')}"
     except metadata.PackageNotFoundError:
-        return "vllm (not installed where the record was written)"
+        vllm = "vllm (not installed where the record was written)"
+    return platform_for(cfg).rollout_engine(vllm)
 
 
 # -- config ---------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class OverrideList(list[str]):
 
 # -- the sections ------------------------------------------------------------------------------
 def trainer_overrides(run: VerlRun, paths: AttemptPaths) -> list[str]:
-    """Trainer: V1 separate_async, placement, schedule, outputs."""
+    """The trainer: V1 ``separate_async``, the placement, the Ray verl starts or joins, the schedule, the outputs."""
     cfg = run.cfg
     b, t, r, place = cfg.backend, cfg.trainer, cfg.rollout, cfg.backend.placement
     actor, engine = b.actor, b.rollout_engine
@@ -145,7 +145,7 @@ def trainer_overrides(run: VerlRun, paths: AttemptPaths) -> list[str]:
 
 
 def data_overrides(cfg: DictConfig) -> list[str]:
-    """Data."""
+    """The data: the training and evaluation parquets, the batch, the lengths (overlong prompts dropped, never cut)."""
     t, r = cfg.trainer, cfg.rollout
     train_file, eval_files = data_files(cfg)
     ov = OverrideList()
@@ -163,7 +163,7 @@ def data_overrides(cfg: DictConfig) -> list[str]:
 
 
 def actor_overrides(cfg: DictConfig) -> list[str]:
-    """Model + actor (FSDP2 trainer)."""
+    """The model and the actor (the FSDP2 trainer): AdamW at a constant lr, one epoch over one mini-batch per sync."""
     t, r, actor = cfg.trainer, cfg.rollout, cfg.backend.actor
     mini_batch = int(t.prompts_per_step) // int(r.parameter_sync_step)
     ov = OverrideList()
@@ -208,14 +208,13 @@ def loss_overrides(cfg: DictConfig, correction: dict[str, Any]) -> list[str]:
     m = cfg.method
     ov = OverrideList()
     ov.put("actor_rollout_ref.actor.policy_loss.loss_mode", str(m.loss_mode))
-    correction = _rollout_correction(cfg)
     for key, value in correction.items():
         ov.put(f"{config_facts.ACTOR_RC}.{key}", value, add=True)
     return ov
 
 
 def rollout_overrides(cfg: DictConfig) -> list[str]:
-    """Rollout (standalone vLLM replicas) and evaluation sampling."""
+    """The rollout (standalone vLLM replicas) and the evaluation's sampling."""
     t, r, e, engine = cfg.trainer, cfg.rollout, cfg.eval, cfg.backend.rollout_engine
     ov = OverrideList()
     ov.put("actor_rollout_ref.rollout.name", engine.name)
@@ -241,7 +240,7 @@ def rollout_overrides(cfg: DictConfig) -> list[str]:
 
 
 def advantage_and_reward_overrides(cfg: DictConfig, correction: dict[str, Any]) -> list[str]:
-    """Advantages, rollout correction (driver side), reward."""
+    """GRPO advantages (no std division, no KL), the rollout correction on the driver side, the reward."""
     b = cfg.backend
     ov = OverrideList()
     ov.put("algorithm.adv_estimator", "grpo")
@@ -275,7 +274,7 @@ def score_centering_overrides(run: VerlRun) -> list[str]:
 
 
 def actor_environment_overrides(run: VerlRun, paths: AttemptPaths) -> list[str]:
-    """Environment of every Ray actor (the driver gets the same variables from the launcher)."""
+    """The environment of every Ray actor (:func:`process_env`; the driver gets it from the launcher)."""
     ov = OverrideList()
     for name, value in process_env(run, paths).items():
         ov.put(f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, add=True)

@@ -73,6 +73,15 @@ class Platform:
         """Arguments of ``ray start`` on one node of a multi-node job (a GPU node: Ray counts its GPUs itself)."""
         return []
 
+    def seed_fixes(self, reference: dict[str, Any]) -> dict[str, Any]:
+        """``run.seed_fixes`` of a run on this platform, given the reference launch's record (``reference``)."""
+        return reference
+
+    def rollout_engine(self, reference: str) -> str:
+        """``run.versions.rollout``: the engine that generated the rollouts, given the reference's (``reference``:
+        vLLM's, with its version)."""
+        return reference
+
     def reference_difference(self, launch_of: LaunchOf, state_dir: Path) -> dict[str, Any] | None:
         """For the dry run's report: how this launch differs from the reference launch (``launch_of``: a config ->
         its override list and environment, for the attempt of ``state_dir``), or None where it is the reference."""

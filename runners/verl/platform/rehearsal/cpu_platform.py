@@ -11,10 +11,12 @@ from typing import Any, ClassVar
 from omegaconf import OmegaConf
 
 from runners.config import CONF_DIR
-from runners.config.hydra_override import compose_dir_offline
+from runners.run.run_contract import seed_fixes_record
 from runners.verl.platform.base import LaunchOf, Platform
 from runners.verl.platform.rehearsal import swaps
 
+#: ``run.versions.rollout`` where the CPU stand-in rolled out.
+STANDIN_ENGINE = "standin (runners/verl/platform/rehearsal/rollout.py: an HF model on the CPU in place of vLLM)"
 #: The experiment the rehearsal is a smaller copy of: the dry run reports the difference from its launch.
 REFERENCE_EXPERIMENT = "qwen3_4b_sc_repro"
 
@@ -53,9 +55,18 @@ class RehearsalPlatform(Platform):
         p = self.cfg.backend.placement
         return [f"--num-gpus={int(p.trainer_gpus_per_node) + int(p.rollout_gpus_per_node)}", "--num-cpus=8"]
 
+    def seed_fixes(self, reference: dict[str, Any]) -> dict[str, Any]:
+        """The reference's record, or where the CPU stand-in rolled out, :func:`standin_seed_fixes` of it."""
+        return reference if swaps.uses_vllm(self.cfg) else standin_seed_fixes(reference)
+
+    def rollout_engine(self, reference: str) -> str:
+        return reference if swaps.uses_vllm(self.cfg) else STANDIN_ENGINE
+
     def reference_difference(self, launch_of: LaunchOf, state_dir: Path) -> dict[str, Any]:
         """The named swaps and the key-by-key difference between this launch and the reference experiment's
         launch of the same arm and seed (into the same run folder)."""
+        from runners.config.hydra_override import compose_dir_offline
+
         cfg = self.cfg
         reference = compose_dir_offline(CONF_DIR, "config", [
             f"+experiment={REFERENCE_EXPERIMENT}", f"method={cfg.method.name}", f"seed={cfg.seed}",
@@ -68,3 +79,24 @@ class RehearsalPlatform(Platform):
 
     def difference_text(self, difference: dict[str, Any]) -> str:
         return swaps.difference_text(difference)
+
+
+def standin_seed_fixes(reference: dict[str, Any]) -> dict[str, Any]:
+    """``run.seed_fixes`` of a rehearsal whose rollout is the CPU stand-in, from the reference launch's record
+    (``reference``): the same verl keys, but the rollout that samples is the CPU stand-in for vLLM
+    (:mod:`runners.verl.platform.rehearsal.rollout`), one ``torch.Generator`` per replica seeded
+    ``actor_rollout_ref.rollout.seed`` + replica rank; requests share it token by token."""
+    return seed_fixes_record(
+        {**{k: v for k, v in reference["how"].items() if k != "rollout_engine"},
+         "rollout_engine": "actor_rollout_ref.rollout.seed: the torch.Generator of each CPU rollout replica "
+                           "(runners/verl/platform/rehearsal/rollout.py), seeded with seed + replica rank"},
+        {"sampler": "the CPU rollout (an HF model on the CPU standing in for vLLM) draws every token from its "
+                    "replica's one generator, and the requests in flight take turns token by token and are cut "
+                    "at weight syncs, both as the processes' timing goes: which draw lands in which response is "
+                    "not reproducible",
+         "evaluation": "validation samples through the same CPU rollout replicas and generators: not reproducible "
+                       "either",
+         "schedule": reference["not_fixed"]["schedule"],
+         "eval_problems": reference["not_fixed"]["eval_problems"]},
+        reproducible=False,
+    )
