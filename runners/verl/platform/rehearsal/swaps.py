@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.config.hydra_override import override, parse
 from runners.verl.head import HEAD_FILES_ENV
-from runners.verl.platform import rehearsal as verl_cpu
+from runners.verl.platform import rehearsal as cpu
 
 #: Module of the CPU platform, named in ``VERL_USE_EXTERNAL_MODULES`` so that a failed import is loud
 #: (the ``verl.plugins`` entry point alone would be swallowed by verl).
@@ -66,12 +66,12 @@ def rollout_name(cfg: DictConfig) -> str:
     from runners.verl.revisions import installed
 
     native_sc = ArmSpec.of(cfg.method).sc and installed.head_carrier() is installed.VERL_CARRIES
-    return verl_cpu.HEAD_ROLLOUT_NAME if native_sc else verl_cpu.ROLLOUT_NAME
+    return cpu.HEAD_ROLLOUT_NAME if native_sc else cpu.ROLLOUT_NAME
 
 
 def uses_vllm(cfg: DictConfig) -> bool:
     """Whether the rehearsal's rollout is vLLM's CPU build (``backend.rehearsal_rollout=vllm``)."""
-    return OmegaConf.select(cfg, "backend.rehearsal_rollout", default="standin") == verl_cpu.VLLM_ROLLOUT
+    return OmegaConf.select(cfg, "backend.rehearsal_rollout", default="standin") == cpu.VLLM_ROLLOUT
 
 
 #: The CPU engine's settings (vLLM's CPU build through verl's vLLM server), set once here: no sleep mode
@@ -94,9 +94,9 @@ def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
         "registered under verl's name `vllm` by the CPU platform (runners.verl.platform.rehearsal.vllm_cpu: the project's "
         "head-capturing server, weights loaded through vLLM's in-place reload); eager, no sleep mode, "
         "1 GiB KV cache, 16 MB sync buckets, fp32",
-        {f"{config_facts.ROLLOUT}.name": verl_cpu.HEAD_ROLLOUT_NAME, f"{config_facts.ROLLOUT}.dtype": "float32",
+        {f"{config_facts.ROLLOUT}.name": cpu.HEAD_ROLLOUT_NAME, f"{config_facts.ROLLOUT}.dtype": "float32",
          **{f"{config_facts.ROLLOUT}.{key}": value for key, value in VLLM_CPU_OVERRIDES.items()}},
-        {verl_cpu.ROLLOUT_ENV: verl_cpu.VLLM_ROLLOUT, **VLLM_CPU_ENV,
+        {cpu.ROLLOUT_ENV: cpu.VLLM_ROLLOUT, **VLLM_CPU_ENV,
          "VLLM_CACHE_ROOT": str(state_dir / "vllm_cache"), "VLLM_RPC_BASE_PATH": str(vllm_rpc_folder(state_dir)),
          HEAD_FILES_ENV: str(head_files_folder(state_dir))})
 
@@ -145,10 +145,10 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
     folder for the weight-sync files and the rollout's sync log)."""
     model = Path(str(cfg.model.path)).expanduser().resolve()
     rollout = vllm_rollout_swap(cfg, state_dir) if uses_vllm(cfg) else Swap(
-        "rollout", f"`{verl_cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl.platform.rehearsal.rollout): "
+        "rollout", f"`{cpu.ROLLOUT_NAME}` in verl's RolloutReplicaRegistry (runners.verl.platform.rehearsal.rollout): "
         "an HF model sampling on the CPU instead of vLLM, returning the sampler's top-k head where a request "
         "asks for it; an SC arm on verl as head carrier keeps rollout.name="
-        f"{verl_cpu.HEAD_ROLLOUT_NAME} (the score-centering verl takes the head from that name only), which the "
+        f"{cpu.HEAD_ROLLOUT_NAME} (the score-centering verl takes the head from that name only), which the "
         "CPU platform registers to the same stand-in",
         {"actor_rollout_ref.rollout.name": rollout_name(cfg), "actor_rollout_ref.rollout.dtype": "float32"})
     return [
@@ -157,12 +157,12 @@ def swaps(cfg: DictConfig, state_dir: Path) -> list[Swap]:
               "actor_rollout_ref.model.override_config.attn_implementation": "sdpa"}),
         Swap("platform", "verl's platform `cpu` (runners.verl.platform.rehearsal.verl_device): device cpu, gloo collectives; "
              "verl's FSDP engine is looked up under the cuda device name; one thread per process",
-             env={**verl_cpu.ENVIRONMENT, **CPU_THREADS_ENV}, modules=(PLUGIN_MODULE,)),
+             env={**cpu.ENVIRONMENT, **CPU_THREADS_ENV}, modules=(PLUGIN_MODULE,)),
         rollout,
-        Swap("weight sync", f"`{verl_cpu.WEIGHT_SYNC_BACKEND}` in verl's CheckpointEngineRegistry "
+        Swap("weight sync", f"`{cpu.WEIGHT_SYNC_BACKEND}` in verl's CheckpointEngineRegistry "
              "(runners.verl.platform.rehearsal.weight_sync): a file per sync instead of NCCL",
-             {"actor_rollout_ref.rollout.checkpoint_engine.backend": verl_cpu.WEIGHT_SYNC_BACKEND},
-             {verl_cpu.STATE_DIR_ENV: str(state_dir)}),
+             {"actor_rollout_ref.rollout.checkpoint_engine.backend": cpu.WEIGHT_SYNC_BACKEND},
+             {cpu.STATE_DIR_ENV: str(state_dir)}),
         logical_gpus_swap(cfg),
         Swap("sizes", "one storage unit, one reward worker, no dataloader workers: 2 cores",
              {"transfer_queue.backend.SimpleStorage.num_data_storage_units": 1, "reward.num_workers": 1,
