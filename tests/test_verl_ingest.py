@@ -26,6 +26,12 @@ CAP = 16
 PROBLEMS = {"aime2024": ["aime2024-00", "aime2024-01"], "aime2025": ["aime2025-00", "aime2025-01"]}
 
 
+#: The backend keys a verl run is resolved from (runners.verl.backend.verl_run.VerlRun.of), besides the platform.
+RESOLVED_BACKEND = {"placement": {"nnodes": 1, "trainer_gpus_per_node": 1, "rollout_nnodes": 1, "rollout_gpus_per_node": 1,
+                                  "rollout_tensor_parallel": 1, "shared_gpu": False},
+                    "rollout_engine": {"head_transport": "flat_logprobs"}}
+
+
 def make_cfg(total_steps: int = 8) -> dict:
     return {
         "run_name": "sc_tis-seed42",
@@ -385,7 +391,7 @@ def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch
     monkeypatch.setattr(verl_launch, "stop_group", lambda proc: None)
     monkeypatch.setattr(verl_launch, "_ingest", lambda run_dir, cfg, *, final, status=None: calls.append((final, status)))
     cfg = OmegaConf.create({"method": {"name": "pg", "score_centering": False}, "trainer": {"total_steps": 4},
-                            "run_name": "pg-seed1", "backend": {"ingest_interval_s": 60}})
+                            "run_name": "pg-seed1", "backend": {"ingest_interval_s": 60, **RESOLVED_BACKEND}})
     for raised, status in ((KeyboardInterrupt, "stopped"), (SystemExit, None)):
         calls.clear()
         monkeypatch.setattr(verl_launch.subprocess, "Popen", lambda *a, _r=raised, **k: Proc(_r))
@@ -433,10 +439,11 @@ def test_the_same_command_starts_no_verl_attempt_for_a_finished_run(tmp_path, mo
     run = make_run(tmp_path)
     ingest_run(run, status="finished")  # steps 1..8 of 8
     started: list[Path] = []
-    monkeypatch.setattr(verl_launch, "launch", lambda cfg, run_dir: started.append(run_dir))
+    monkeypatch.setattr(verl_launch, "launch", lambda run, run_dir, plan: started.append(run_dir))
+    monkeypatch.setattr(verl_backend, "_launch_plan", lambda run: None)  # the plan needs a whole config
 
     def cfg(total: int):
-        return OmegaConf.create({**make_cfg(total), "backend": {"dry_run": False, "platform": "gpu"}})
+        return OmegaConf.create({**make_cfg(total), "backend": {"dry_run": False, "platform": "gpu", **RESOLVED_BACKEND}})
 
     verl_backend.run(cfg(8), run)
     assert started == []
