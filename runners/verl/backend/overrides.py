@@ -36,7 +36,7 @@ from runners.verl.revisions import config_facts, defects, newer_keys
 #: Modules every verl process imports at ``import verl`` (``VERL_USE_EXTERNAL_MODULES``; see
 #: docs/verl_reference.md): the project's loss registration, loudly, and for SC arms the seam.
 REGISTRY_MODULE = "ablations.registry"
-SC_HOOK_MODULE = "runners.verl.backend.sc_hook"
+SC_HOOK_MODULE = f"{__package__}.sc_hook"
 #: Set where the trainer and vLLM share one GPU (``backend.placement.shared_gpu``): Ray then leaves
 #: CUDA_VISIBLE_DEVICES alone, so both pools' workers see the one device.
 SHARED_GPU_ENV = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"

@@ -7,8 +7,6 @@ own rollout (``runners.verl.platform.rehearsal``), which answers the same head r
 
 from __future__ import annotations
 
-import importlib
-
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 from runners.verl.head import cpu_platform_selected as cpu_platform
@@ -16,6 +14,14 @@ from runners.verl.head import engine  # noqa: F401 - registers HeadEngine
 
 VLLM_ROLLOUT = "vllm"
 
+
+def head_vllm_replica() -> type:
+    """verl's vLLM replica with the head-capturing server (:class:`~runners.verl.head.vllm_server.HeadVLLMReplica`),
+    imported when verl first asks for it."""
+    from runners.verl.head.vllm_server import HeadVLLMReplica
+
+    return HeadVLLMReplica
+
+
 if not cpu_platform():
-    RolloutReplicaRegistry.register(
-        VLLM_ROLLOUT, lambda: importlib.import_module("runners.verl.head.vllm_server").HeadVLLMReplica)
+    RolloutReplicaRegistry.register(VLLM_ROLLOUT, head_vllm_replica)

@@ -38,7 +38,6 @@ def vllm_cpu_build_missing() -> str | None:
     return None
 
 
-
 def read_yaml(path: Path) -> DictConfig:
     """A config group's yaml without its ``defaults`` list."""
     node = OmegaConf.load(path)

@@ -27,7 +27,7 @@ from runners.verl.platform import rehearsal as cpu
 
 #: Module of the CPU platform, named in ``VERL_USE_EXTERNAL_MODULES`` so that a failed import is loud
 #: (the ``verl.plugins`` entry point alone would be swallowed by verl).
-PLUGIN_MODULE = "runners.verl.platform.rehearsal.plugin"
+PLUGIN_MODULE = f"{cpu.__name__}.plugin"
 #: The environment of every process of a rehearsal, besides the platform: one thread per process
 #: (2 cores run a dozen processes), no tokenizer thread pool.
 CPU_THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
