@@ -8,8 +8,6 @@ writes its own launch from the config. These tests write such a folder and resum
 
 from __future__ import annotations
 
-import importlib.util
-import shlex
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from runners.validate import check_existing_config
 from runners.verl.backend import launch
 from runners.verl.backend.verl_run import VerlRun
 
+ROOT = Path(__file__).resolve().parent.parent
 #: Old stored string -> where it went (the table of docs/architecture.md).
 MOVED = {
     "runners.verl_cpu.plugin": "runners.verl.platform.rehearsal.plugin",
@@ -53,21 +52,19 @@ def _module_of(path: str) -> tuple[str, str | None]:
 
 
 def _defined(path: str) -> bool:
-    """Whether ``path`` names a module (and class) of this checkout, found without importing it."""
+    """Whether ``path`` names a module (and class) of this checkout (its file, read without importing it: an
+    editable install of another checkout could still import an old path)."""
     module, name = _module_of(path)
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:  # a parent package is gone
-        return False
-    if spec is None or spec.origin is None:
-        return False
-    return name is None or f"class {name}(" in Path(spec.origin).read_text()
+    base = ROOT.joinpath(*module.split("."))
+    source = next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+    return source is not None and (name is None or f"class {name}(" in source.read_text())
 
 
 def _old_run_folder(cfg: DictConfig) -> Path:
     """The run folder of ``cfg`` as the code before the move left it after one attempt: its config and an
     attempt's ``launch.sh`` with the old module paths."""
     run_dir = Path(cfg.results_root) / cfg.sweep / cfg.run_name
+    run_dir.mkdir(parents=True)
     write_config(run_dir, OmegaConf.to_yaml(cfg, resolve=True))
     script = launch.build_spec(VerlRun.of(cfg), run_dir, attempt=1).script("verl launch, attempt 1")
     for old, new in MOVED.items():
@@ -101,4 +98,3 @@ def test_an_old_run_folder_resumes_and_its_next_attempt_names_the_new_paths(tmp_
     new_script = spec.script("verl launch, attempt 2")
     assert [old for old in MOVED if old in new_script] == []
     assert [MOVED[old] for old in stored if MOVED[old] not in new_script] == []
-    assert shlex.split(new_script.splitlines()[-1].strip(" \\"))[0] == "exec"
