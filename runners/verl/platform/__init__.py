@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,8 +22,10 @@ KEY = "backend.platform"
 DEFAULT = "gpu"
 
 
-def platform_for(cfg: DictConfig) -> Platform:
-    """The platform ``cfg`` launches on (``backend.platform``: ``gpu`` or ``cpu``, the rehearsal)."""
+def platform_for(cfg: DictConfig | Mapping[str, Any]) -> Platform:
+    """The platform ``cfg`` launches on (``backend.platform``: ``gpu`` or ``cpu``, the rehearsal); ``cfg`` may be
+    a run's recorded config as nested dicts."""
+    cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(dict(cfg))
     name = str(OmegaConf.select(cfg, KEY, default=DEFAULT))
     if name == DEFAULT:
         from runners.verl.platform.gpu import GpuPlatform
