@@ -320,7 +320,7 @@ def test_the_transports_settings_are_checked(tmp_path):
             "top_p": with_change(f"{rollout}.top_p", f"{rollout}.top_p=0.9"),
             "sc_correction": with_change("actor_rollout_ref.actor.policy_loss.loss_mode",
                                          "actor_rollout_ref.actor.policy_loss.loss_mode=ablation_tis"),
-            "belongs to verl's own head transport": [*good, "++algorithm.rollout_correction.score_centering=True"],
+            "belongs to verl as head carrier": [*good, "++algorithm.rollout_correction.score_centering=True"],
         }
         for needle, overrides in project_cases.items():
             with pytest.raises(ValueError, match=needle):

@@ -51,7 +51,7 @@ SC_REQUIRES: tuple[Requirement, ...] = (
                 "(vLLM, or the CPU rehearsal's runners.verl.platform.rehearsal)", carrier="project"),
     Requirement(f"{ROLLOUT}.agent.agent_loop_manager_class", MANAGER_CLASS,
                 "the project's agent-loop manager carries the head", carrier="project"),
-    Requirement(f"{ROLLOUT}.agent.default_agent_loop", "single_turn_agent", "the project's head carrying carries "
+    Requirement(f"{ROLLOUT}.agent.default_agent_loop", "single_turn_agent", "the project carries the head of "
                 "single-turn rollouts (every response token from one request)", carrier="project",
                 absent="single_turn_agent"),
     Requirement("actor_rollout_ref.actor.calculate_entropy", True, IN_PLACE_CE, project="backend.actor.calculate_entropy"),

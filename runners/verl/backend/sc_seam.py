@@ -74,7 +74,7 @@ def install(module: Any | None = None) -> None:
         if verl_installed.head_carrier() is not verl_installed.VERL_CARRIES:
             raise verl_installed.ScoreCenteringUnsupported(
                 f"the seam hook is for verl as head carrier (verl commit {releases.REQUIRED_COMMIT}, or later): the "
-                f"installed verl has no {newer_keys.SEAM_MODULE}; its SC arms use the project's head carrying (runners.verl.head)")
+                f"installed verl has no {newer_keys.SEAM_MODULE}; the project carries its SC arms' head (runners.verl.head)")
         verl_installed.require("installing the project's score-centering correction")
         module = importlib.import_module(newer_keys.SEAM_MODULE)
     verify_seam(module)

@@ -6,7 +6,7 @@
   and **the score-centering commit** (:data:`~runners.verl.revisions.releases.SCORE_CENTERING`: 0.9.1 plus verl's own score-centering transport);
 * :mod:`~runners.verl.revisions.config_facts` -- config keys and defaults every supported revision shares;
 * :mod:`~runners.verl.revisions.newer_keys` -- what the score-centering verl adds: its config keys and its slot module;
-* :mod:`~runners.verl.revisions.project_slots` -- what the project's head carrying plugs into on 0.9.1;
+* :mod:`~runners.verl.revisions.project_slots` -- what the project plugs into on 0.9.1 to carry the head;
 * :mod:`~runners.verl.revisions.defects` -- defects of a revision, avoided by the environment;
 * :mod:`~runners.verl.revisions.installed` -- who carries an SC arm's head on the installed verl, and
   whether that verl has what it relies on (an SC launch stops before anything starts where it does not);

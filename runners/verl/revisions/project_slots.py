@@ -110,6 +110,6 @@ PROJECT_SLOTS: tuple[Slot, ...] = (
 
 def slots_table() -> str:
     """:data:`PROJECT_SLOTS` as printed in docs/verl_reference.md."""
-    lines = ["| where (verl 0.9.1) | what the project's head carrying relies on |", "|---|---|"]
+    lines = ["| where (verl 0.9.1) | what the project relies on to carry the head |", "|---|---|"]
     lines += [f"| `{slot.where}` | {slot.what} |" for slot in PROJECT_SLOTS]
     return "\n".join(lines)
