@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from runners.run import verl_files
-from runners.verl.checkpoints.export_check import tensor_summary
-from runners.verl.checkpoints.store import (
+from runners.verl_side.checkpoints.export_check import tensor_summary
+from runners.verl_side.checkpoints.store import (
     TEST_SET_SELECTION,
     CheckpointError,
     apply_retention,
@@ -24,7 +24,7 @@ from runners.verl.checkpoints.store import (
     merger_command,
     plan_retention,
 )
-from runners.verl.checkpoints.store import main as ckpt_main
+from runners.verl_side.checkpoints.store import main as ckpt_main
 
 EVAL = {0: (0.1, 0.1), 2: (0.3, 0.3), 4: (0.6, 0.4), 6: (0.5, 0.5)}  # step -> (aime2024, aime2025) mean@8
 

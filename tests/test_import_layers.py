@@ -165,7 +165,7 @@ def test_runners_never_import_analysis():
 def test_the_capacity_plans_copy_of_the_head_layout_agrees():
     """The capacity plan keeps its own figure of the head's bytes per id so that it imports no backend."""
     from runners.capacity.estimate import HEAD_BYTES_PER_ID
-    from runners.verl.head.head_layout import BYTES_PER_TOKEN_PER_ID
+    from runners.verl_side.head.head_layout import BYTES_PER_TOKEN_PER_ID
 
     assert HEAD_BYTES_PER_ID == BYTES_PER_TOKEN_PER_ID
 
@@ -196,7 +196,16 @@ def budgets(text: str) -> dict[str, int]:
 
 def test_each_verl_sub_package_is_within_its_line_budget():
     table = budgets(ARCHITECTURE.read_text())
-    packages = {f"runners.verl.{p.name}" for p in (ROOT / "runners" / "verl").iterdir() if (p / "__init__.py").is_file()}
-    assert sorted(packages) == sorted(table), "every sub-package of runners/verl/ has a budget in docs/architecture.md"
+    packages = {f"runners.verl_side.{p.name}" for p in (ROOT / "runners" / "verl_side").iterdir() if (p / "__init__.py").is_file()}
+    assert sorted(packages) == sorted(table), "every sub-package of runners/verl_side/ has a budget in docs/architecture.md"
     lines = {p: sum(len(f.read_text().splitlines()) for f in (ROOT / p.replace(".", "/")).rglob("*.py")) for p in table}
     assert {p: n for p, n in lines.items() if n > table[p]} == {}
+
+
+def test_no_room_of_runners_shadows_an_installed_package():
+    """``python runners/launch.py`` puts runners/ first on sys.path: a room named like an installed package (a
+    ``runners/verl/`` would be found as ``verl``) hides that package from the launcher."""
+    import importlib.util
+
+    rooms = sorted(p.name for p in (ROOT / "runners").iterdir() if (p / "__init__.py").is_file())
+    assert [r for r in rooms if importlib.util.find_spec(r) is not None] == []

@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 from runners.config import config_checks
 from runners.config.config_error import ConfigError
-from runners.verl.backend import checks
-from runners.verl.backend.verl_run import VerlRun
+from runners.verl_side.backend import checks
+from runners.verl_side.backend.verl_run import VerlRun
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = [sys.executable, str(REPO / "runners" / "launch.py")]

@@ -1,4 +1,4 @@
-"""A run folder written before the verl side became one package (``runners/verl/``) still resumes.
+"""A run folder written before the verl side became one package (``runners/verl_side/``) still resumes.
 
 Its attempts' files hold the old module paths (docs/architecture.md, "Stored module paths"): ``launch.sh``'s
 ``VERL_USE_EXTERNAL_MODULES`` and the overrides' agent-loop manager class and logits processor. Nothing reads them
@@ -17,17 +17,17 @@ from omegaconf import DictConfig, OmegaConf
 from runners.config import CONF_DIR
 from runners.run.run_folder import write_config
 from runners.validate import check_existing_config
-from runners.verl.backend import launch
-from runners.verl.backend.verl_run import VerlRun
+from runners.verl_side.backend import launch
+from runners.verl_side.backend.verl_run import VerlRun
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Old stored string -> where it went (the table of docs/architecture.md).
 MOVED = {
-    "runners.verl_cpu.plugin": "runners.verl.platform.rehearsal.plugin",
-    "runners.verl_head.plugin": "runners.verl.head.plugin",
-    "runners.verl_backend.sc_hook": "runners.verl.backend.sc_hook",
-    "runners.verl_head.agent_loop.HeadAgentLoopManager": "runners.verl.head.agent_loop.HeadAgentLoopManager",
-    "runners.verl_head.vllm_logits_head:HeadFileWriter": "runners.verl.head.vllm_logits_head:HeadFileWriter",
+    "runners.verl_cpu.plugin": "runners.verl_side.platform.rehearsal.plugin",
+    "runners.verl_head.plugin": "runners.verl_side.head.plugin",
+    "runners.verl_backend.sc_hook": "runners.verl_side.backend.sc_hook",
+    "runners.verl_head.agent_loop.HeadAgentLoopManager": "runners.verl_side.head.agent_loop.HeadAgentLoopManager",
+    "runners.verl_head.vllm_logits_head:HeadFileWriter": "runners.verl_side.head.vllm_logits_head:HeadFileWriter",
 }
 
 

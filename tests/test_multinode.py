@@ -19,10 +19,10 @@ from runners.capacity.fixes import MORE_NODES_EFFECT
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
 from runners.run import verl_files
-from runners.verl.backend import overrides as ovr
-from runners.verl.backend.checks import validate
-from runners.verl.backend.verl_run import VerlRun
-from runners.verl.cluster import ray_cluster
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.checks import validate
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.cluster import ray_cluster
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 REFERENCE = "+experiment=qwen3_4b_sc_repro"

@@ -29,13 +29,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.config.hydra_override import parse
 from runners.run import verl_files
-from runners.verl.backend import dry_run, launch
-from runners.verl.backend import overrides as ovr
-from runners.verl.backend.verl_run import VerlRun
-from runners.verl.platform import rehearsal as verl_cpu
-from runners.verl.platform.rehearsal import assets, limits
-from runners.verl.platform.rehearsal import swaps as rehearsal
-from runners.verl.revisions import config_facts, defects, installed, project_slots
+from runners.verl_side.backend import dry_run, launch
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import assets, limits
+from runners.verl_side.platform.rehearsal import swaps as rehearsal
+from runners.verl_side.revisions import config_facts, defects, installed, project_slots
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -194,7 +194,7 @@ def test_the_vllm_rollout_without_vllms_cpu_build_is_refused_before_anything_is_
 
 
 def test_the_head_transport_reaches_vllms_engine_arguments_and_is_refused_on_the_standin(tmp_path, capsys):
-    from runners.verl import head as verl_head
+    from runners.verl_side import head as verl_head
 
     key = "actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors"
     for method, transport, expected in (("sc", "logits_processor", verl_head.HEAD_PROCESSOR),
@@ -276,7 +276,7 @@ def _registered(*envs: dict[str, str]) -> list[dict]:
             "from verl.workers.rollout.replica import RolloutReplicaRegistry as R; "
             "print(json.dumps({'platform': 'cpu' in P._platforms, 'sync': 'cpu_file' in C._registry, "
             "'rollout': 'cpu_hf' in R._registry, "
-            "'vllm': R._registry['vllm'].__module__ == 'runners.verl.platform.rehearsal.rollout'}))")
+            "'vllm': R._registry['vllm'].__module__ == 'runners.verl_side.platform.rehearsal.rollout'}))")
     out = []
     for proc in _side_by_side(code, *envs):
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -293,7 +293,7 @@ def test_the_entry_point_registers_the_cpu_platform_only_when_selected():
 
 
 def test_gloo_backend_string():
-    from runners.verl.platform.rehearsal.verl_device import gloo_backend
+    from runners.verl_side.platform.rehearsal.verl_device import gloo_backend
 
     assert gloo_backend("cpu:gloo,cpu:gloo") == "gloo"
     assert gloo_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
@@ -301,7 +301,7 @@ def test_gloo_backend_string():
 
 
 def test_file_weight_sync_round_trip(tmp_path, monkeypatch):
-    from runners.verl.platform.rehearsal.weight_sync import CpuFileCheckpointEngine
+    from runners.verl_side.platform.rehearsal.weight_sync import CpuFileCheckpointEngine
 
     monkeypatch.setenv(verl_cpu.STATE_DIR_ENV, str(tmp_path))
     sender, receiver = CpuFileCheckpointEngine(1, is_master=True), CpuFileCheckpointEngine(1)
@@ -322,7 +322,7 @@ def test_file_weight_sync_round_trip(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def cpu_server(tmp_path_factory):
-    from runners.verl.platform.rehearsal.rollout import CpuHFServer
+    from runners.verl_side.platform.rehearsal.rollout import CpuHFServer
 
     folder = tmp_path_factory.mktemp("model")
     assets.write_model(folder)

@@ -32,13 +32,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.config import hydra_override as ho
 from runners.run import verl_files
-from runners.verl import backend as verl_backend
-from runners.verl import head as verl_head
-from runners.verl.backend import dry_run, launch, sc_seam
-from runners.verl.backend import overrides as ovr
-from runners.verl.backend.verl_run import VerlRun
-from runners.verl.head import correction
-from runners.verl.revisions import config_facts, installed, newer_keys, project_slots, releases
+from runners.verl_side import backend as verl_backend
+from runners.verl_side import head as verl_head
+from runners.verl_side.backend import dry_run, launch, sc_seam
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.head import correction
+from runners.verl_side.revisions import config_facts, installed, newer_keys, project_slots, releases
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -216,7 +216,7 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     env_key = "ray_kwargs.ray_init.runtime_env.env_vars."
     assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(verl_files.AttemptPaths(run_dir, 1).file_logger)
     modules = got[env_key + "VERL_USE_EXTERNAL_MODULES"].split(",")
-    sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl.backend.sc_hook"] if sc else []
+    sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl_side.backend.sc_hook"] if sc else []
     assert modules == ["ablations.registry", *sc_modules]
     assert got.get(env_key + "VERL_ENGINE_VENDOR") == (verl_head.ENGINE_VENDOR if project_transport else None)
 
@@ -286,7 +286,7 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     script = (out / "launch.sh").read_text()
     assert os.access(out / "launch.sh", os.X_OK)
     assert "exec " in script and "-m verl.trainer.main_ppo" in script
-    sc_module = verl_head.PLUGIN_MODULE if installed.head_carrier() is installed.PROJECT_CARRIES else "runners.verl.backend.sc_hook"
+    sc_module = verl_head.PLUGIN_MODULE if installed.head_carrier() is installed.PROJECT_CARRIES else "runners.verl_side.backend.sc_hook"
     assert f"export VERL_USE_EXTERNAL_MODULES=ablations.registry,{sc_module}" in script
     assert OmegaConf.load(out / "verl_config.yaml").trainer.total_training_steps == 500
     assert not verl_files.attempts(run_dir), "a dry run must not start an attempt"
@@ -451,7 +451,7 @@ def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{installed.ScoreCenteringUnsupported.__module__}.ScoreCenteringUnsupported: "), last
-    assert releases.REQUIRED_COMMIT in last and "runners.verl.head" in last, last
+    assert releases.REQUIRED_COMMIT in last and "runners.verl_side.head" in last, last
 
 
 # -- a real launch, with a stand-in for verl -------------------------------------------------------
@@ -477,11 +477,11 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
     write_data(cfg)
     verl_backend.validate(cfg)
     calls = []
-    fake_ingest = types.ModuleType("runners.verl.backend.ingest")
+    fake_ingest = types.ModuleType("runners.verl_side.backend.ingest")
     fake_ingest.ingest_run = lambda run_dir, c, **kw: calls.append(
         (Path(run_dir), c.run_name, kw.get("status"))
     )
-    monkeypatch.setitem(sys.modules, "runners.verl.backend.ingest", fake_ingest)
+    monkeypatch.setitem(sys.modules, "runners.verl_side.backend.ingest", fake_ingest)
     monkeypatch.setenv("FAKE_VERL_STATUS", str(status))
     run_dir = run_dir_of(cfg)
     for attempt in (1, 2):

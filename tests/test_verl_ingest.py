@@ -18,15 +18,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from runners.run import verl_files
-from runners.verl.backend.ingest import IngestError, ingest_run
-from runners.verl.backend.ingest import main as ingest_main
-from runners.verl.backend.verl_run import VerlRun
+from runners.verl_side.backend.ingest import IngestError, ingest_run
+from runners.verl_side.backend.ingest import main as ingest_main
+from runners.verl_side.backend.verl_run import VerlRun
 
 CAP = 16
 PROBLEMS = {"aime2024": ["aime2024-00", "aime2024-01"], "aime2025": ["aime2025-00", "aime2025-01"]}
 
 
-#: The backend keys a verl run is resolved from (runners.verl.backend.verl_run.VerlRun.of), besides the platform.
+#: The backend keys a verl run is resolved from (runners.verl_side.backend.verl_run.VerlRun.of), besides the platform.
 RESOLVED_BACKEND = {"placement": {"nnodes": 1, "trainer_gpus_per_node": 1, "rollout_nnodes": 1, "rollout_gpus_per_node": 1,
                                   "rollout_tensor_parallel": 1, "shared_gpu": False},
                     "rollout_engine": {"head_transport": "flat_logprobs"}}
@@ -305,7 +305,7 @@ def test_cli_prints_status(tmp_path, capsys):
 def test_the_record_says_what_verls_seed_fixes(tmp_path):
     """run.seed_fixes: verl's seed fixes the prompt order (a valid seed pair) but not vLLM's sampling."""
     from runners.run.run_contract import PAIRING_STREAM, seed_pairing
-    from runners.verl.backend.ingest import SEED_FIXES
+    from runners.verl_side.backend.ingest import SEED_FIXES
 
     run = make_run(tmp_path)
     fixes = json.loads(ingest_run(run, OmegaConf.load(run / "config.yaml")).read_text())["run"]["seed_fixes"]
@@ -319,7 +319,7 @@ def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
     """run.seed_fixes of a rehearsal (backend.platform=cpu) names what samples there: the CPU rollout's
     per-replica torch.Generator, not vLLM; the streams (and so seed pairing) are those of a GPU run."""
     from runners.run.run_contract import seed_pairing
-    from runners.verl.backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES
+    from runners.verl_side.backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES
 
     run = make_run(tmp_path)
     cfg = OmegaConf.merge(OmegaConf.load(run / "config.yaml"), {"backend": {"platform": "cpu"}})
@@ -329,14 +329,14 @@ def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
     texts = [*fixes["how"].values(), *fixes["not_fixed"].values()]
     assert not [t for t in texts if "vLLM" in t and "standing in for vLLM" not in t]
     assert fixes["how"]["rollout_engine"] == ("actor_rollout_ref.rollout.seed: the torch.Generator of each CPU "
-                                             "rollout replica (runners/verl/platform/rehearsal/rollout.py), seeded with seed + "
+                                             "rollout replica (runners/verl_side/platform/rehearsal/rollout.py), seeded with seed + "
                                              "replica rank")
     assert fixes["not_fixed"]["sampler"].startswith("the CPU rollout (an HF model on the CPU standing in for vLLM)")
     assert fixes["reproducible"] is False
 
 
 def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path):
-    """Ctrl-C closes verl's attempt as ``stopped`` (runners.verl.backend.launch); a later pass over the same
+    """Ctrl-C closes verl's attempt as ``stopped`` (runners.verl_side.backend.launch); a later pass over the same
     logs keeps it, and a new attempt (the same command again) runs it on."""
     run = make_run(tmp_path, attempt2_upto=6)
     metrics = json.loads(ingest_run(run, status="stopped").read_text())
@@ -352,7 +352,7 @@ def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path)
 def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch):
     """The launcher's interrupt path: Ctrl-C stops verl's group and ingests with status ``stopped``; any other
     interruption leaves the attempt open (as a kill does)."""
-    from runners.verl.backend import launch as verl_launch
+    from runners.verl_side.backend import launch as verl_launch
 
     calls: list[tuple[bool, str | None]] = []
 
@@ -401,13 +401,18 @@ def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize(("backend", "engine"), [
-    ({"platform": "cpu"}, "standin (runners/verl/platform/rehearsal/rollout.py"),
-    ({"platform": "cpu", "rehearsal_rollout": "standin"}, "standin (runners/verl/platform/rehearsal/rollout.py"),
+    ({"platform": "cpu"}, "standin (runners/verl_side/platform/rehearsal/rollout.py"),
+    ({"platform": "cpu", "rehearsal_rollout": "standin"}, "standin (runners/verl_side/platform/rehearsal/rollout.py"),
     ({"platform": "cpu", "rehearsal_rollout": "vllm"}, "vllm"),
     ({}, "vllm"),
 ])
 def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine):
-    from runners.verl.backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES, rollout_engine, seed_fixes_of
+    from runners.verl_side.backend.ingest import (
+        REHEARSAL_SEED_FIXES,
+        SEED_FIXES,
+        rollout_engine,
+        seed_fixes_of,
+    )
 
     cfg = OmegaConf.create({**make_cfg(), "backend": backend})
     assert rollout_engine(cfg).startswith(engine)
@@ -417,8 +422,8 @@ def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine)
 def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
     """vLLM's CPU engine leaves its IPC socket files in a folder under the temporary folder; the launcher
     removes it once the attempt has ended (the stand-in has none)."""
-    from runners.verl.platform import platform_for
-    from runners.verl.platform.rehearsal import swaps as rehearsal
+    from runners.verl_side.platform import platform_for
+    from runners.verl_side.platform.rehearsal import swaps as rehearsal
 
     monkeypatch.setattr(rehearsal.tempfile, "gettempdir", lambda: str(tmp_path))
     state = tmp_path / "run" / "verl" / "attempt-1" / "cpu"
@@ -433,8 +438,8 @@ def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
 
 def test_the_same_command_starts_no_verl_attempt_for_a_finished_run(tmp_path, monkeypatch):
     """docs/resuming.md: finished arms are left alone; an unfinished, stopped or extended run starts verl."""
-    import runners.verl.backend as verl_backend
-    from runners.verl.backend import launch as verl_launch
+    import runners.verl_side.backend as verl_backend
+    from runners.verl_side.backend import launch as verl_launch
 
     run = make_run(tmp_path)
     ingest_run(run, status="finished")  # steps 1..8 of 8

@@ -1,5 +1,5 @@
-"""The platform seam of the verl side (runners.verl.platform): one choice from ``backend.platform``, a GPU that adds
-nothing, the rehearsal as the other platform; the verl run resolved once (runners.verl.backend.verl_run); the
+"""The platform seam of the verl side (runners.verl_side.platform): one choice from ``backend.platform``, a GPU that adds
+nothing, the rehearsal as the other platform; the verl run resolved once (runners.verl_side.backend.verl_run); the
 prompt/response fit check shared by the rehearsal and the embedded backend (runners.tiny.task_fit)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from runners.config import CONF_DIR
 from runners.config.config_error import ConfigError
 from runners.run.verl_files import AttemptPaths
 from runners.tiny.task_fit import check_lengths_fit
-from runners.verl.backend import overrides as ovr
-from runners.verl.backend.verl_run import VerlRun
-from runners.verl.platform import platform_for
-from runners.verl.platform.gpu import GpuPlatform
-from runners.verl.platform.rehearsal.cpu_platform import RehearsalPlatform
-from runners.verl.revisions import installed
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.platform import platform_for
+from runners.verl_side.platform.gpu import GpuPlatform
+from runners.verl_side.platform.rehearsal.cpu_platform import RehearsalPlatform
+from runners.verl_side.revisions import installed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,7 @@ def test_the_rehearsal_adds_its_swaps_and_no_gpu_to_fit(tmp_path):
     rehearsal, paths = platform_for(cfg), AttemptPaths(tmp_path / "run", 1)
     assert not rehearsal.fits_gpus and rehearsal.writes_data
     env, modules = rehearsal.environment(paths.cpu_state)
-    assert env["VERL_PLATFORM"] == "cpu" and modules == ["runners.verl.platform.rehearsal.plugin"]
+    assert env["VERL_PLATFORM"] == "cpu" and modules == ["runners.verl_side.platform.rehearsal.plugin"]
     launch = ovr.build_overrides(VerlRun.of(cfg), paths)
     assert "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_file" in launch
     assert rehearsal.ray_start_args() == ["--num-gpus=2", "--num-cpus=8"]
@@ -77,11 +77,11 @@ def test_the_run_is_resolved_once_into_arm_platform_carrier_transport_and_placem
 
 
 def test_only_the_platform_package_reads_backend_platform():
-    """The seam holds: outside runners/verl/platform/ no module branches on the platform's key (the capacity
+    """The seam holds: outside runners/verl_side/platform/ no module branches on the platform's key (the capacity
     calibration only reports a finished run's recorded platform)."""
     allowed = {"runners/capacity/calibrate.py"}
     readers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "runners").rglob("*.py")
-                     if "runners/verl/platform" not in str(p.relative_to(ROOT))
+                     if "runners/verl_side/platform" not in str(p.relative_to(ROOT))
                      and re.search(r"""["']backend\.platform["']|backend\.platform\s*==|\.platform\s*==\s*["']cpu""",
                                    p.read_text()))
     assert [r for r in readers if r not in allowed] == []

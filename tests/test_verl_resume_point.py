@@ -15,8 +15,8 @@ import pytest
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
 from runners.run import verl_files
-from runners.verl.backend import resume_point
-from runners.verl.backend.ingest import IngestError, merge_attempts, read_attempts
+from runners.verl_side.backend import resume_point
+from runners.verl_side.backend.ingest import IngestError, merge_attempts, read_attempts
 
 
 def write_attempt(run: Path, number: int, resumed_at: int, last: int) -> None:

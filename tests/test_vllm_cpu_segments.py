@@ -6,7 +6,7 @@ import multiprocessing as mp
 import os
 from multiprocessing import shared_memory
 
-from runners.verl.platform.rehearsal.vllm_cpu.segments import (
+from runners.verl_side.platform.rehearsal.vllm_cpu.segments import (
     SHM_PREFIX,
     mapped_segments,
     unlink_engine_segments,

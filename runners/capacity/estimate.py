@@ -203,7 +203,7 @@ def _time_assumptions(cfg: DictConfig) -> timing.TimeAssumptions:
 
 
 #: Bytes of the sampler's head per generated token and head id: an int32 id and its float32 log-prob, the layout
-#: of ``runners/verl/head/head_layout.py`` (``BYTES_PER_TOKEN_PER_ID``), copied so that the plan imports no
+#: of ``runners/verl_side/head/head_layout.py`` (``BYTES_PER_TOKEN_PER_ID``), copied so that the plan imports no
 #: backend; tests/test_import_layers.py holds the two equal.
 HEAD_BYTES_PER_ID = 4 + 4
 

@@ -114,7 +114,7 @@ def refusal(p: dict[str, Any]) -> str | None:
 
 
 def check_fits(cfg: DictConfig) -> None:
-    """The launch check (``runners.verl.backend.checks``): a GPU launch whose plan does not fit is a
+    """The launch check (``runners.verl_side.backend.checks``): a GPU launch whose plan does not fit is a
     :class:`ConfigError` (:func:`refusal`), a warning with ``backend.capacity.enforce=false``. A dry run writes
     the plan instead of refusing (``capacity.md``), but its plan must be computable before the dry run writes or
     moves anything, unless the model's shape is unknown (no config.json before verl downloads it: the dry run

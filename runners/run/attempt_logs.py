@@ -1,5 +1,5 @@
 """The metric logs of a verl run's attempts (verl's file logger, ``verl/attempt-NNN/metrics.jsonl``), read and
-merged by step: what ingestion (:mod:`runners.verl.backend.ingest`) turns into the run record and what the
+merged by step: what ingestion (:mod:`runners.verl_side.backend.ingest`) turns into the run record and what the
 capacity calibration (:mod:`runners.capacity.calibrate`) measures from a run's first steps."""
 
 from __future__ import annotations

@@ -103,5 +103,5 @@ class AttemptPaths:
 
     @property
     def cpu_state(self) -> Path:
-        """The CPU rehearsal's weight-sync files and rollout sync log (``runners.verl.platform.rehearsal``)."""
+        """The CPU rehearsal's weight-sync files and rollout sync log (``runners.verl_side.platform.rehearsal``)."""
         return self.attempt_dir / "cpu"

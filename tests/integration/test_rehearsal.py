@@ -19,7 +19,7 @@ attempts, the arm's registered loss metrics at every step, staleness tags within
 CPU rollout's sync log; the resumed attempt starts from the weights synced at its checkpoint's step),
 for the SC arms that the sampler's head really arrived (its mass below 1 and varying, the correction
 finite and, for SC, not constant), and no Ray process left behind. The SC arms run on the installed verl
-(0.9.1: the project's head transport, runners/verl/head). Every launch passes through verl 0.9.1's
+(0.9.1: the project's head transport, runners/verl_side/head). Every launch passes through verl 0.9.1's
 trainer init on the reference experiment's ``actor_rollout_ref.hybrid_engine=False`` path, which died
 with ``TypeError`` before the launcher set ``VERL_LOGGING_LEVEL`` (``revisions.LOGGER_FLUSH``).
 """
@@ -39,11 +39,11 @@ from pathlib import Path
 import pytest
 
 from runners.run import contract_check, verl_files
-from runners.verl.backend import resume_point
-from runners.verl.checkpoints.store import list_checkpoints
-from runners.verl.platform import rehearsal as verl_cpu
-from runners.verl.platform.rehearsal import limits as cpu_rehearsal
-from runners.verl.platform.rehearsal.vllm_cpu.segments import live_pids, mapped_files
+from runners.verl_side.backend import resume_point
+from runners.verl_side.checkpoints.store import list_checkpoints
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
+from runners.verl_side.platform.rehearsal.vllm_cpu.segments import live_pids, mapped_files
 
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
@@ -153,7 +153,7 @@ def extra_overrides() -> tuple[str, ...]:
 def _vllm_leftovers() -> set[str]:
     """What a vLLM engine or verl's weight sync can leave behind: shared-memory segments in /dev/shm (vLLM's
     ``psm_*``, the sync's ``verl_weights_*``) that no live process maps (an engine at work in another test
-    maps its own), and the rehearsal's folders of vLLM socket files (:func:`runners.verl.platform.rehearsal.swaps.vllm_rpc_folder`)."""
+    maps its own), and the rehearsal's folders of vLLM socket files (:func:`runners.verl_side.platform.rehearsal.swaps.vllm_rpc_folder`)."""
     import glob
     import tempfile
 

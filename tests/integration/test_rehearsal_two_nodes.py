@@ -38,9 +38,9 @@ from pathlib import Path
 import pytest
 
 from runners.run import contract_check, verl_files
-from runners.verl.checkpoints.store import list_checkpoints
-from runners.verl.platform import rehearsal as verl_cpu
-from runners.verl.platform.rehearsal import limits as cpu_rehearsal
+from runners.verl_side.checkpoints.store import list_checkpoints
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside this file (pytest runs in importlib mode)
 from test_rehearsal import (  # noqa: E402
