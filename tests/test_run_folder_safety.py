@@ -177,10 +177,11 @@ VERL_LAUNCHER = textwrap.dedent("""
     from runners.config import CONF_DIR
     from runners.validate import run_dir_of
     from runners.verl_side.backend.launch import launch
+    from runners.verl_side.backend.verl_run import VerlRun
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=sys.argv[1:])
     OmegaConf.resolve(cfg)
-    launch(cfg, run_dir_of(cfg))
+    launch(VerlRun.of(cfg), run_dir_of(cfg))
 """)
 
 
