@@ -32,7 +32,7 @@ TEMPERATURE = 0.7
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
-    from runners.verl_side.platform.rehearsal.swaps import write_model
+    from runners.verl_side.platform.rehearsal.assets import write_model
 
     folder = tmp_path_factory.mktemp("tiny_qwen3")
     write_model(folder)
