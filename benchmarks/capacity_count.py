@@ -18,7 +18,7 @@ trains it:
   by ``entropy_from_logits_with_chunking(logits, 2048)`` in eager mode, with autograd (it enters the loss
   as ``- entropy_coeff * entropy`` even at coefficient 0, as ``verl/workers/utils/losses.py`` does); the
   log-probs by ``logprobs_from_logits_v2``, the path ``logprobs_from_logits`` takes without flash-attn;
-  optionally the project's score-centering head (``runners/verl_head/correction.py``:
+  optionally the project's score-centering head (``runners/verl_side/head/correction.py``:
   ``head_log_probs_with_tail`` at k sampler ids per token and ``centering_term``, added to the loss);
 * forward, logits path and loss under ``torch.autocast("cuda", bf16)`` as verl's ``forward_step`` runs
   them (emulated, see below); loss ``-(advantages * log_probs).mean()``, backward, ``clip_grad_norm_`` and

@@ -12,7 +12,7 @@
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
 # `python -m runners.run.contract_check`. Trainer and vLLM share the one GPU (backend.placement.shared_gpu: Ray is
 # told there are 2 GPUs and is kept from setting CUDA_VISIBLE_DEVICES), and vLLM takes 30% of the memory. All four arms run: on verl
-# 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
+# 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_side/head: its vLLM server
 # piece has not run on a GPU yet; this script is its first test).
 set -euo pipefail
 cd "$(dirname "$0")/.."

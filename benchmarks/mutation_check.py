@@ -95,15 +95,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_run_folder_safety.py::test_extending_a_run_equals_the_longer_run_bit_for_bit",)),
     # -- the verl revision facts
     Mutation("logger_flush_module", "LOGGER_FLUSH reads a misspelt module: the fix of verl 0.9.1's init crash "
-             "is no longer applied", "runners/verl_revisions/defects.py",
+             "is no longer applied", "runners/verl_side/revisions/defects.py",
              '"verl.trainer.ppo.v1.trainer_separate_async",', '"verl.trainer.ppo.v1.trainer_separate_asynk",',
              ("tests/test_rehearsal.py", "-k", "logger_flush or survives")),
-    Mutation("is_threshold_default", "the recorded default TIS cap is not verl's", "runners/verl_revisions/config_facts.py",
+    Mutation("is_threshold_default", "the recorded default TIS cap is not verl's", "runners/verl_side/revisions/config_facts.py",
              "DEFAULT_IS_THRESHOLD = 2.0", "DEFAULT_IS_THRESHOLD = 2.5",
              ("tests/test_verl_dry_run.py::test_default_threshold_is_verls",)),
     Mutation("rehearsal_swap_keys_unnamed", "a swap no longer names the Ray runtime_env keys it sets: the rehearsal's "
              "difference from the reference puts them down to conf/experiment/rehearsal.yaml",
-             "runners/verl_cpu/rehearsal.py",
+             "runners/verl_side/platform/rehearsal/swaps.py",
              'return [*self.overrides, *(f"env:{k}" for k in env), *(f"{RUNTIME_ENV}.{k}" for k in env)]',
              'return [*self.overrides, *(f"env:{k}" for k in env)]',
              ("tests/test_rehearsal.py::test_difference_from_the_reference_is_the_named_swaps_and_the_sizes",)),

@@ -43,8 +43,8 @@ def ray_start_seconds() -> float:
 def arm_phases(run: Path) -> dict[str, float]:
     import statistics
 
-    from runners import verl_cpu
-    from runners.verl_backend.launch import INGESTED
+    from runners.verl_side.backend.launch import INGESTED
+    from runners.verl_side.platform import rehearsal as verl_cpu
 
     record = json.loads((run / "metrics.json").read_text())
     attempt = record["run"]["attempts"][-1]
@@ -79,7 +79,7 @@ def token_output_bytes(tokens: int, k: int) -> tuple[int, int]:
     import numpy as np
     from verl.workers.rollout.replica import TokenOutput
 
-    from runners.verl_head import TOKEN_IDS, TOKEN_LOG_PROBS
+    from runners.verl_side.head import TOKEN_IDS, TOKEN_LOG_PROBS
 
     plain = TokenOutput(token_ids=list(range(tokens)), log_probs=[-0.5] * tokens, stop_reason="completed",
                         extra_fields={"global_steps": 1})

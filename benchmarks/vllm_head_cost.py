@@ -7,15 +7,15 @@ prompts are token ids), run by ``vllm.LLM`` in fp32, eager, ``logprobs_mode=proc
 the rounds per arm:
 
 * ``none``: ``logprobs=None``;
-* ``head``: the project's head (:func:`runners.verl_head.vllm_head.ask_for_head`: ``logprobs=k``,
-  flat, no detokenising) taken out as arrays by :func:`~runners.verl_head.vllm_head.split_flat` -- what
+* ``head``: the project's head (:func:`runners.verl_side.head.vllm_head.ask_for_head`: ``logprobs=k``,
+  flat, no detokenising) taken out as arrays by :func:`~runners.verl_side.head.vllm_head.split_flat` -- what
   ``HeadCapturingEngine`` does;
 * ``dict``: vLLM's default form (``logprobs=k``, one ``dict[int, Logprob]`` per position, detokenising
   off as in ``head``), read into the same arrays by sorting each position's entries by rank;
 * ``sampled``: ``logprobs=0``, the sampled token's log-prob only: what a plain (PG, TIS) rollout asks;
 * ``file``: the head written by the project's logits processor
-  (:class:`runners.verl_head.vllm_logits_head.HeadFileWriter`) to a file per request on tmpfs, read back
-  as arrays (:func:`runners.verl_head.head_file.take`), with ``logprobs=0`` for the sampled token: what an
+  (:class:`runners.verl_side.head.vllm_logits_head.HeadFileWriter`) to a file per request on tmpfs, read back
+  as arrays (:func:`runners.verl_side.head.head_file.take`), with ``logprobs=0`` for the sampled token: what an
   SC rollout needs, with no per-token Python objects.
 
 The engine loads the logits processor for every arm (it returns at once for requests without a head
@@ -110,10 +110,10 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from runners.verl_head import REQUEST_KEY
-    from runners.verl_head.head_file import FILE_KEY, take
-    from runners.verl_head.vllm_head import ask_for_head, split_flat
-    from runners.verl_head.vllm_logits_head import HeadFileWriter
+    from runners.verl_side.head import REQUEST_KEY
+    from runners.verl_side.head.head_file import FILE_KEY, take
+    from runners.verl_side.head.vllm_head import ask_for_head, split_flat
+    from runners.verl_side.head.vllm_logits_head import HeadFileWriter
 
     k = args.k
     with tempfile.TemporaryDirectory(prefix=f"vllm-head-cost-{vocab}-") as folder:

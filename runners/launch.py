@@ -22,7 +22,7 @@ locks of all jobs of the sweep up front and holds them to the end; with another 
 its ``.hydra/`` files.
 
 A task of a multi-node SLURM job other than the first (``hydra/launcher=slurm_multinode``) is a Ray worker node
-and returns without touching the run folder (:mod:`runners.verl_backend.slurm_ray`).
+and returns without touching the run folder (:mod:`runners.verl_side.cluster.slurm_ray`).
 
 Per job, under its lock: tidy the run folder (``runners.run.run_folder.prepare``: stale temporary
 files, an earlier start that completed no step) and hand the run to the backend, which writes ``config.yaml``
@@ -219,7 +219,7 @@ def check_parallel_jobs(argv: list[str], configs: list[DictConfig]) -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from runners.verl_backend import slurm_ray
+    from runners.verl_side.cluster import slurm_ray
 
     if (task := slurm_ray.job_task(cfg)) is not None and task.rank > 0:  # a Ray worker node of a multi-node job
         slurm_ray.serve_as_worker(cfg, task)  # never touches the run folder

@@ -50,7 +50,7 @@ def test_the_verl_backend_refuses_top_k_with_the_one_message(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from runners.config import CONF_DIR
-    from runners.verl_backend.vocabulary import check_top_k
+    from runners.verl_side.backend.vocabulary import check_top_k
 
     model = tmp_path / "model"
     model.mkdir()
@@ -99,7 +99,7 @@ def test_a_refusal_a_backend_finds_is_a_config_error(tmp_path, overrides, wanted
 
 def test_an_unsupported_verl_is_a_config_error():
     from runners.config.schema import SchemaError
-    from runners.verl_revisions.installed import ScoreCenteringUnsupported
+    from runners.verl_side.revisions.installed import ScoreCenteringUnsupported
 
     assert issubclass(ScoreCenteringUnsupported, ConfigError) and issubclass(SchemaError, ConfigError)
 

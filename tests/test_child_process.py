@@ -1,4 +1,4 @@
-"""The watchdog of a verl attempt (runners.verl_backend.child_process.GroupReaper): once its launcher lets go
+"""The watchdog of a verl attempt (runners.verl_side.backend.child_process.GroupReaper): once its launcher lets go
 (or dies: the kernel closes the same pipe), it stops the child's process group and removes the leftovers."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from runners.verl_backend.child_process import GroupReaper
+from runners.verl_side.backend.child_process import GroupReaper
 
 
 def _alive(pgid: int) -> bool:

@@ -141,7 +141,7 @@ def test_seed_fixes_is_optional_and_checked(run_dir):
 def test_seed_pairing_needs_both_records_the_same_streams_and_the_data_order():
     from runners.local.backend import SEED_FIXES as LOCAL
     from runners.run.run_contract import seed_fixes_record, seed_pairing
-    from runners.verl_backend.ingest import SEED_FIXES as VERL
+    from runners.verl_side.backend.ingest import SEED_FIXES as VERL
 
     assert seed_pairing(LOCAL, dict(LOCAL)) is None and seed_pairing(VERL, VERL) is None
     assert "does not record" in seed_pairing(LOCAL, None) and "does not record" in seed_pairing({}, LOCAL)

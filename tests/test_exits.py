@@ -21,7 +21,7 @@ from runners.config.config_error import ConfigError
 from runners.local.backend import LocalRun
 from runners.run.provenance import config_sha256
 from runners.run.run_error import RunError
-from runners.verl_backend.dry_run import failure_line
+from runners.verl_side.backend.dry_run import failure_line
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.verl_backend import run_files
-from runners.verl_backend.checkpoints import (
+from runners.run import verl_files
+from runners.verl_side.checkpoints.export_check import tensor_summary
+from runners.verl_side.checkpoints.store import (
     TEST_SET_SELECTION,
     CheckpointError,
     apply_retention,
@@ -23,8 +24,7 @@ from runners.verl_backend.checkpoints import (
     merger_command,
     plan_retention,
 )
-from runners.verl_backend.checkpoints import main as ckpt_main
-from runners.verl_backend.export_check import tensor_summary
+from runners.verl_side.checkpoints.store import main as ckpt_main
 
 EVAL = {0: (0.1, 0.1), 2: (0.3, 0.3), 4: (0.6, 0.4), 6: (0.5, 0.5)}  # step -> (aime2024, aime2025) mean@8
 
@@ -62,7 +62,7 @@ def tiny_run(tmp_path_factory) -> tuple[Path, int, int]:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     run = tmp_path_factory.mktemp("runs") / "pg-seed42"
-    ckpt = run_files.checkpoints_dir(run)
+    ckpt = verl_files.checkpoints_dir(run)
     config = Qwen3Config(
         vocab_size=32,
         hidden_size=16,
@@ -128,12 +128,12 @@ def test_retention_keeps_latest_best_and_resume_point(tiny_run, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
     assert ckpt_main(["retain", str(copy), "--keep-latest", "1", "--keep-best", "1"]) == 0
-    assert (run_files.checkpoints_dir(copy) / "global_step_2").exists()
+    assert (verl_files.checkpoints_dir(copy) / "global_step_2").exists()
     removed = apply_retention(plan_retention(copy, keep_latest=1, keep_best=1))
     assert sorted(p.name for p in removed) == ["global_step_2", "global_step_6"]
-    left = sorted(p.name for p in run_files.checkpoints_dir(copy).glob("global_step_*"))
+    left = sorted(p.name for p in verl_files.checkpoints_dir(copy).glob("global_step_*"))
     assert left == ["global_step_4", "global_step_8"]
-    record = json.loads((run_files.checkpoints_dir(copy) / "retention.json").read_text())
+    record = json.loads((verl_files.checkpoints_dir(copy) / "retention.json").read_text())
     assert record["delete"] == [2, 6] and "test-set" in record["selection"]
 
 

@@ -165,7 +165,7 @@ def test_runners_never_import_analysis():
 def test_the_capacity_plans_copy_of_the_head_layout_agrees():
     """The capacity plan keeps its own figure of the head's bytes per id so that it imports no backend."""
     from runners.capacity.estimate import HEAD_BYTES_PER_ID
-    from runners.verl_head.head_layout import BYTES_PER_TOKEN_PER_ID
+    from runners.verl_side.head.head_layout import BYTES_PER_TOKEN_PER_ID
 
     assert HEAD_BYTES_PER_ID == BYTES_PER_TOKEN_PER_ID
 
@@ -180,3 +180,44 @@ def test_a_models_shape_is_read_without_the_planner():
     assert parts == []
     assert "runners.config.model_shapes" in import_graph()
     assert not (ROOT / "runners" / "capacity" / "shapes.py").exists()
+
+
+def package_graph(graph: dict[str, set[str]], table: dict[str, int]) -> dict[str, set[str]]:
+    """The import graph between the packages of the floor table (a package's own imports left out)."""
+    out: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        if (a := package_of(name, table)) is not None:
+            out.setdefault(a, set()).update(b for t in targets if (b := package_of(t, table)) not in (None, a))
+    return out
+
+
+def test_the_package_cycle_finder_sees_a_circle_through_two_modules():
+    table = {"p": 1, "q": 2}
+    assert find_cycles(package_graph({"p.a": {"q.b"}, "q.c": {"p.d"}, "q.b": set(), "p.d": set()}, table)) == [["p", "q"]]
+
+
+def test_no_circle_between_packages():
+    assert find_cycles(package_graph(import_graph(), floors(ARCHITECTURE.read_text()))) == []
+
+
+def budgets(text: str) -> dict[str, int]:
+    """The "Line budgets of the verl side" table: package -> budget."""
+    section = text.split("## Line budgets of the verl side", 1)[1].split("\n## ", 1)[0]
+    return {p: int(n) for p, n in re.findall(r"^\| `([\w.]+)` \| (\d+) \|", section, flags=re.M)}
+
+
+def test_each_verl_sub_package_is_within_its_line_budget():
+    table = budgets(ARCHITECTURE.read_text())
+    packages = {f"runners.verl_side.{p.name}" for p in (ROOT / "runners" / "verl_side").iterdir() if (p / "__init__.py").is_file()}
+    assert sorted(packages) == sorted(table), "every sub-package of runners/verl_side/ has a budget in docs/architecture.md"
+    lines = {p: sum(len(f.read_text().splitlines()) for f in (ROOT / p.replace(".", "/")).rglob("*.py")) for p in table}
+    assert {p: n for p, n in lines.items() if n > table[p]} == {}
+
+
+def test_no_room_of_runners_shadows_an_installed_package():
+    """``python runners/launch.py`` puts runners/ first on sys.path: a room named like an installed package (a
+    ``runners/verl/`` would be found as ``verl``) hides that package from the launcher."""
+    import importlib.util
+
+    rooms = sorted(p.name for p in (ROOT / "runners").iterdir() if (p / "__init__.py").is_file())
+    assert [r for r in rooms if importlib.util.find_spec(r) is not None] == []

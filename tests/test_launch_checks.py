@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 
 from runners.config import config_checks
 from runners.config.config_error import ConfigError
-from runners.verl_backend import checks
+from runners.verl_side.backend import checks
+from runners.verl_side.backend.verl_run import VerlRun
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = [sys.executable, str(REPO / "runners" / "launch.py")]
@@ -105,10 +106,10 @@ def test_tensor_parallel_must_split_the_heads_and_kv_heads(tmp_path, heads, kv, 
                    f"backend.placement.rollout_gpus_per_node={gpus}", f"backend.placement.rollout_tensor_parallel={tp}",
                    method="pg")
     if ok:
-        checks.check_model_parallelism(cfg, checks.extra_overrides(cfg))
+        checks.check_model_parallelism(cfg, checks.extra_overrides(VerlRun.of(cfg)))
     else:
         with pytest.raises(ConfigError, match=rf"backend\.placement\.rollout_tensor_parallel={tp} is not allowed"):
-            checks.check_model_parallelism(cfg, checks.extra_overrides(cfg))
+            checks.check_model_parallelism(cfg, checks.extra_overrides(VerlRun.of(cfg)))
 
 
 def test_sequence_parallel_and_micro_batches_agree_with_the_model_and_the_batch(tmp_path):
@@ -118,7 +119,7 @@ def test_sequence_parallel_and_micro_batches_agree_with_the_model_and_the_batch(
 
     def check(*extra: str) -> None:
         cfg = verl_cfg(tmp_path, f"model.path={folder}", *extra, method="pg")
-        checks.check_model_parallelism(cfg, checks.extra_overrides(cfg))
+        checks.check_model_parallelism(cfg, checks.extra_overrides(VerlRun.of(cfg)))
 
     check(f"backend.extra_overrides=['+{sp}=2']")  # 6 heads and 2 KV heads split by 2; 4 trainer GPUs
     with pytest.raises(ConfigError, match=r"backend\.extra_overrides=.*ulysses_sequence_parallel_size=4.*6 attention"):
@@ -133,13 +134,12 @@ def test_sequence_parallel_and_micro_batches_agree_with_the_model_and_the_batch(
 
 
 def test_max_logprobs_below_top_k_through_extra_overrides_is_a_config_error(tmp_path):
-    from runners.verl_backend import overrides as ovr
 
     cfg = verl_cfg(tmp_path, "method.top_k=129",
                    "backend.extra_overrides=['actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=128']")
-    if not ovr.uses_project_transport(cfg):
+    if not VerlRun.of(cfg).project_carries_head:
         pytest.fail("verl 0.9.1 carries the SC head on the project's transport")
     with pytest.raises(ConfigError, match=r"^backend\.extra_overrides=.*max_logprobs=128.*method\.top_k \(129\)"):
-        checks.extra_overrides(cfg)
+        checks.extra_overrides(VerlRun.of(cfg))
     with pytest.raises(ConfigError, match=r"backend\.extra_overrides\[0\]"):
-        checks.extra_overrides(verl_cfg(tmp_path, "backend.extra_overrides=['no equals sign']"))
+        checks.extra_overrides(VerlRun.of(verl_cfg(tmp_path, "backend.extra_overrides=['no equals sign']")))

@@ -18,9 +18,11 @@ from runners.capacity.estimate import evaluate, inputs_of
 from runners.capacity.fixes import MORE_NODES_EFFECT
 from runners.config.config_error import ConfigError
 from runners.config.hydra_override import parse
-from runners.verl_backend import overrides as ovr
-from runners.verl_backend import ray_cluster, run_files
-from runners.verl_backend.checks import validate
+from runners.run import verl_files
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.checks import validate
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.cluster import ray_cluster
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 REFERENCE = "+experiment=qwen3_4b_sc_repro"
@@ -33,8 +35,8 @@ def composed(*overrides: str, hydra: bool = False):
 
 
 def init_keys(cfg, tmp_path) -> dict:
-    paths = run_files.AttemptPaths(tmp_path / "run", 1)
-    values = {k: v for k, v, _ in map(parse, ovr.build_overrides(cfg, paths))}
+    paths = verl_files.AttemptPaths(tmp_path / "run", 1)
+    values = {k: v for k, v, _ in map(parse, ovr.build_overrides(VerlRun.of(cfg), paths))}
     return {k.removeprefix("ray_kwargs.ray_init."): v for k, v in values.items()
             if k.startswith("ray_kwargs.ray_init.") and ".runtime_env." not in k}
 

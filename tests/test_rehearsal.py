@@ -27,12 +27,15 @@ import verl  # noqa: F401 - once per process
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from runners import verl_cpu
 from runners.config.hydra_override import parse
-from runners.verl_backend import dry_run, launch, run_files
-from runners.verl_backend import overrides as ovr
-from runners.verl_cpu import rehearsal
-from runners.verl_revisions import config_facts, defects, installed, project_slots
+from runners.run import verl_files
+from runners.verl_side.backend import dry_run, launch
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import assets, limits
+from runners.verl_side.platform.rehearsal import swaps as rehearsal
+from runners.verl_side.revisions import config_facts, defects, installed, project_slots
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -99,7 +102,7 @@ def test_reference_environment_survives_the_call_that_killed_trainer_init(tmp_pa
     _defect_lines()
     base = {k: v for k, v in os.environ.items() if k != "VERL_LOGGING_LEVEL"}
     cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
-    spec = launch.build_spec(cfg, run_dir(cfg))
+    spec = launch.build_spec(VerlRun.of(cfg), run_dir(cfg))
     broken, fixed = _side_by_side(LOG_LIKE_THE_TRAINER, base, {**base, **spec.env})
     assert broken.returncode != 0 and "unexpected keyword argument 'flush'" in broken.stderr, broken.stderr[-2000:]
 
@@ -121,21 +124,21 @@ def test_logger_flush_detection_reads_calls_not_text(tmp_path, monkeypatch):
 
 
 # -- the swaps and the difference from the reference ----------------------------------------------
-def _launch_difference(a: DictConfig, b: DictConfig, paths: run_files.AttemptPaths) -> set[str]:
+def _launch_difference(a: DictConfig, b: DictConfig, paths: verl_files.AttemptPaths) -> set[str]:
     """The verl keys (and ``env:`` variables) whose values differ between the launches of ``a`` and ``b``."""
     def values(cfg: DictConfig) -> dict:
-        return {key: value for key, value, _ in map(parse, ovr.build_overrides(cfg, paths))}
+        return {key: value for key, value, _ in map(parse, ovr.build_overrides(VerlRun.of(cfg), paths))}
 
     va, vb = values(a), values(b)
     keys = {k for k in va.keys() | vb.keys() if va.get(k, "<unset>") != vb.get(k, "<unset>")}
-    env_a, env_b = ovr.process_env(a, paths), ovr.process_env(b, paths)
+    env_a, env_b = ovr.process_env(VerlRun.of(a), paths), ovr.process_env(VerlRun.of(b), paths)
     return keys | {f"env:{k}" for k in env_a.keys() | env_b.keys() if env_a.get(k) != env_b.get(k)}
 
 
 def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path):
     cfg = config(tmp_path, "rehearsal")
-    paths = run_files.AttemptPaths(run_dir(cfg), 1)
-    report = dry_run.reference_difference(cfg, paths)
+    paths = verl_files.AttemptPaths(run_dir(cfg), 1)
+    report = dry_run.reference_difference(VerlRun.of(cfg), paths)
     names = [s["name"] for s in report["swaps"]]
     assert names == ["model", "platform", "rollout", "weight sync", "logical GPUs", "sizes"]
     rows = {r["key"]: r for r in report["difference"]}
@@ -145,7 +148,7 @@ def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path
                 "env:VLLM_CPU_KVCACHE_SPACE", f"env:{verl_cpu.ROLLOUT_ENV}"):
         assert rows[key]["by"] == "rollout", (key, rows.get(key))
     assert rows[f"env:{verl_cpu.ROLLOUT_ENV}"]["rehearsal"] == verl_cpu.VLLM_ROLLOUT
-    standin = dry_run.reference_difference(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin"), paths)
+    standin = dry_run.reference_difference(VerlRun.of(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin")), paths)
     standin_rows = {r["key"]: r for r in standin["difference"]}
     assert standin_rows["actor_rollout_ref.rollout.name"]["rehearsal"] == verl_cpu.ROLLOUT_NAME
     assert standin_rows["actor_rollout_ref.rollout.name"]["by"] == "rollout"
@@ -173,31 +176,31 @@ def test_difference_from_the_reference_is_the_named_swaps_and_the_sizes(tmp_path
 
 def test_overrides_of_a_gpu_launch_carry_no_swap(tmp_path):
     cfg = config(tmp_path, "qwen3_4b_sc_repro", f"data.dir={tmp_path / 'data'}")
-    paths = run_files.AttemptPaths(run_dir(cfg), 1)
-    text = "\n".join(ovr.build_overrides(cfg, paths))
+    paths = verl_files.AttemptPaths(run_dir(cfg), 1)
+    text = "\n".join(ovr.build_overrides(VerlRun.of(cfg), paths))
     assert verl_cpu.ROLLOUT_NAME not in text and "VERL_PLATFORM" not in text and rehearsal.PLUGIN_MODULE not in text
 
 
 def test_the_vllm_rollout_without_vllms_cpu_build_is_refused_before_anything_is_written(tmp_path, capsys,
                                                                                       monkeypatch):
-    monkeypatch.setattr(rehearsal, "vllm_cpu_build_missing", lambda: "no distribution named vllm is installed")
+    monkeypatch.setattr(limits, "vllm_cpu_build_missing", lambda: "no distribution named vllm is installed")
     results = tmp_path / "results"
     status, err = _launch_in_process(["+experiment=rehearsal", "method=pg", f"results_root={results}"], capsys)
     assert status == 2, err
     assert err.startswith("config error: backend.rehearsal_rollout=vllm needs vLLM's CPU build"), err
-    assert rehearsal.VLLM_CPU_INSTALL in err and "backend.rehearsal_rollout=standin" in err
+    assert limits.VLLM_CPU_INSTALL in err and "backend.rehearsal_rollout=standin" in err
     assert not results.exists()
-    rehearsal.check(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin"))  # the stand-in needs none
+    limits.check(config(tmp_path, "rehearsal", "backend.rehearsal_rollout=standin"))  # the stand-in needs none
 
 
 def test_the_head_transport_reaches_vllms_engine_arguments_and_is_refused_on_the_standin(tmp_path, capsys):
-    from runners import verl_head
+    from runners.verl_side import head as verl_head
 
     key = "actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors"
     for method, transport, expected in (("sc", "logits_processor", verl_head.HEAD_PROCESSOR),
                                         ("sc", "flat_logprobs", None), ("pg", "logits_processor", None)):
         cfg = config(tmp_path, "rehearsal", f"method={method}", f"backend.rollout_engine.head_transport={transport}")
-        found = [o for o in ovr.build_overrides(cfg, run_files.AttemptPaths(run_dir(cfg), 1)) if key in o]
+        found = [o for o in ovr.build_overrides(VerlRun.of(cfg), verl_files.AttemptPaths(run_dir(cfg), 1)) if key in o]
         assert (found[0].split("=", 1)[1] if found else None) == expected, (method, transport, found)
         assert rehearsal.head_files_folder(tmp_path) in rehearsal.leftovers(cfg, tmp_path)
     results = tmp_path / "results"
@@ -240,10 +243,10 @@ def test_assets_are_the_shipped_model_and_parquet_sets_in_the_reference_schema(t
     from runners.tiny.base_model import load_shipped
 
     cfg = config(tmp_path, "rehearsal")
-    request = rehearsal.prepare_assets(cfg)
+    request = assets.prepare_assets(cfg)
     model_dir, data_dir = Path(request["model"]["path"]), Path(request["data"]["dir"])
     hf = AutoModelForCausalLM.from_pretrained(model_dir)
-    shipped = load_shipped(rehearsal._yaml(rehearsal.MODEL_YAML))
+    shipped = load_shipped(limits.read_yaml(limits.MODEL_YAML))
     for (name, a), b in zip(hf.state_dict().items(), shipped.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -261,9 +264,9 @@ def test_assets_are_the_shipped_model_and_parquet_sets_in_the_reference_schema(t
     held_out = {r["prompt"][0]["content"] for s in cfg.data.eval_sets for r in pq.read_table(data_dir / s.file).to_pylist()}
     assert not train_problems & held_out
 
-    stamp = (model_dir / rehearsal.MANIFEST).stat().st_mtime_ns
-    rehearsal.prepare_assets(cfg)  # same request: nothing rewritten
-    assert (model_dir / rehearsal.MANIFEST).stat().st_mtime_ns == stamp
+    stamp = (model_dir / assets.MANIFEST).stat().st_mtime_ns
+    assets.prepare_assets(cfg)  # same request: nothing rewritten
+    assert (model_dir / assets.MANIFEST).stat().st_mtime_ns == stamp
 
 
 # -- the stand-ins through verl's registries ---------------------------------------------------------
@@ -273,7 +276,7 @@ def _registered(*envs: dict[str, str]) -> list[dict]:
             "from verl.workers.rollout.replica import RolloutReplicaRegistry as R; "
             "print(json.dumps({'platform': 'cpu' in P._platforms, 'sync': 'cpu_file' in C._registry, "
             "'rollout': 'cpu_hf' in R._registry, "
-            "'vllm': R._registry['vllm'].__module__ == 'runners.verl_cpu.rollout'}))")
+            "'vllm': R._registry['vllm'].__module__ == 'runners.verl_side.platform.rehearsal.rollout'}))")
     out = []
     for proc in _side_by_side(code, *envs):
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -290,7 +293,7 @@ def test_the_entry_point_registers_the_cpu_platform_only_when_selected():
 
 
 def test_gloo_backend_string():
-    from runners.verl_cpu.platform import gloo_backend
+    from runners.verl_side.platform.rehearsal.verl_device import gloo_backend
 
     assert gloo_backend("cpu:gloo,cpu:gloo") == "gloo"
     assert gloo_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
@@ -298,7 +301,7 @@ def test_gloo_backend_string():
 
 
 def test_file_weight_sync_round_trip(tmp_path, monkeypatch):
-    from runners.verl_cpu.weight_sync import CpuFileCheckpointEngine
+    from runners.verl_side.platform.rehearsal.weight_sync import CpuFileCheckpointEngine
 
     monkeypatch.setenv(verl_cpu.STATE_DIR_ENV, str(tmp_path))
     sender, receiver = CpuFileCheckpointEngine(1, is_master=True), CpuFileCheckpointEngine(1)
@@ -319,10 +322,10 @@ def test_file_weight_sync_round_trip(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def cpu_server(tmp_path_factory):
-    from runners.verl_cpu.rollout import CpuHFServer
+    from runners.verl_side.platform.rehearsal.rollout import CpuHFServer
 
     folder = tmp_path_factory.mktemp("model")
-    rehearsal.write_model(folder)
+    assets.write_model(folder)
     config = types.SimpleNamespace(seed=0, response_length=8, topk_log_probs=5)  # the head is asked per request
     return CpuHFServer(config, {"path": str(folder)}, replica_rank=0)
 
@@ -372,10 +375,10 @@ def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
     the CPU platform maps to the stand-in; the project's transport (verl 0.9.1) asks the CPU rollout under its
     own name (a difference from the reference launch, set by the rollout swap)."""
     sc = config(tmp_path, "rehearsal", STANDIN, method="sc")
-    want = verl_cpu.HEAD_ROLLOUT_NAME if installed.transport() is installed.VERL_TRANSPORT else verl_cpu.ROLLOUT_NAME
+    want = verl_cpu.HEAD_ROLLOUT_NAME if installed.head_carrier() is installed.VERL_CARRIES else verl_cpu.ROLLOUT_NAME
     assert rehearsal.rollout_name(sc) == want
     assert rehearsal.rollout_name(config(tmp_path, "rehearsal", STANDIN)) == verl_cpu.ROLLOUT_NAME
-    report = dry_run.reference_difference(sc, run_files.AttemptPaths(run_dir(sc), 1))
+    report = dry_run.reference_difference(VerlRun.of(sc), verl_files.AttemptPaths(run_dir(sc), 1))
     rows = {r["key"]: r for r in report["difference"]}
     if want == "vllm":
         assert "actor_rollout_ref.rollout.name" not in rows
@@ -389,7 +392,7 @@ def test_an_sc_arm_uses_the_rollout_name_its_transport_needs(tmp_path):
 def test_sc_arm_stops_before_anything_starts_where_the_transport_lacks_a_slot(tmp_path, capsys, monkeypatch):
     """The project's transport on a verl whose FSDP engine no longer opens the logits-processor slot: the
     launch stops with one line naming it, before anything is written."""
-    if installed.transport() is not installed.PROJECT_TRANSPORT:
+    if installed.head_carrier() is not installed.PROJECT_CARRIES:
         pytest.fail("the pinned verl 0.9.1 uses the project's head transport")
     monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
         project_slots.Slot(s.where, s.what, (lambda: False) if "prepare_model_outputs" in s.where else s.holds)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runners import verl_cpu
-from runners.verl_cpu import rehearsal
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import swaps as rehearsal
 
 
 def test_the_switch_selects_vllm_only_when_asked():

@@ -30,6 +30,7 @@ from runners.run import run_lock, run_record
 from runners.run.contract_check import check_run_dir
 from runners.run.provenance import config_sha256
 from runners.run.run_record import RunRecord, atomic_write_text
+from runners.verl_side.backend.verl_run import VerlRun
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -145,7 +146,7 @@ def test_two_launches_of_one_sweep_started_together_run_it_once(tmp_path, cache_
 
 
 def test_verl_attempt_takes_the_same_lock(tmp_path):
-    from runners.verl_backend import launch as verl_launch
+    from runners.verl_side.backend import launch as verl_launch
 
     cfg = composed([f"results_root={tmp_path}", "backend=verl", "method=pg"])
     run_dir = validate.run_dir_of(cfg)
@@ -154,7 +155,7 @@ def test_verl_attempt_takes_the_same_lock(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(run_lock.RunFolderBusy, match=rf"in use by pid {holder.pid} on host"):
-            verl_launch.launch(cfg, run_dir)
+            verl_launch.launch(VerlRun.of(cfg), run_dir)
     finally:
         holder.kill()
         holder.wait()
@@ -175,11 +176,12 @@ VERL_LAUNCHER = textwrap.dedent("""
     from omegaconf import OmegaConf
     from runners.config import CONF_DIR
     from runners.validate import run_dir_of
-    from runners.verl_backend.launch import launch
+    from runners.verl_side.backend.launch import launch
+    from runners.verl_side.backend.verl_run import VerlRun
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=sys.argv[1:])
     OmegaConf.resolve(cfg)
-    launch(cfg, run_dir_of(cfg))
+    launch(VerlRun.of(cfg), run_dir_of(cfg))
 """)
 
 
@@ -187,7 +189,7 @@ def test_verl_keeps_the_lock_while_it_runs_even_if_its_launcher_is_killed(tmp_pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from runners.verl_backend import overrides as ovr
+    from runners.verl_side.backend import overrides as ovr
 
     fake = tmp_path / "fake_python"  # a stand-in for verl that only sleeps
     fake.write_text(SLEEPING_VERL.format(python=sys.executable))

@@ -4,7 +4,7 @@ As tests/test_slurm_launcher.py, the launcher config is composed as a cluster la
 executor differs: submitit's local executor (``tests/slurm_local``). The job has two tasks (``tasks_per_node=2``
 on this one machine, where a cluster gives one task to each of two nodes): each runs ``runners/launch.py``'s
 Hydra job, task 0 starts the Ray head and the arm, task 1 reads the head's file in the job's folder and joins as
-a Ray worker node (runners/verl_backend/slurm_ray.py). The arm is the CPU rehearsal with the trainer on two nodes
+a Ray worker node (runners/verl_side/cluster/slurm_ray.py). The arm is the CPU rehearsal with the trainer on two nodes
 (``backend.placement.nnodes=2``; the HF stand-in as its rollout, to keep it short). Asserted: the run finishes
 and passes the run contract (task 0 launched only once all nodes had joined), the head's address file (it holds
 the token) is gone, the done file written, and no process or temporary folder of either Ray node is left.
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from runners.run.contract_check import check_run_dir
-from runners.verl_backend import slurm_ray
+from runners.verl_side.cluster import slurm_ray
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_PATH = Path(__file__).resolve().parent / "slurm_local"

@@ -143,7 +143,7 @@ def test_logs_that_cannot_be_merged_end_the_attempt_in_one_line(tmp_path, status
     attempt = run / "verl" / "attempt-001"
     merge = (f"verl's logs cannot be merged into {run}/metrics.json: {attempt}/metrics.jsonl:2: not a file-logger "
              "line (Expecting value: line 1 column 1 (char 0)) (the record is left as it was, verl's files are "
-             f"kept); fix that, then merge again: python -m runners.verl_backend.ingest {run}")
+             f"kept); fix that, then merge again: python -m runners.verl_side.backend.ingest {run}")
     failed = (f"verl exited with status 3 in attempt 1 of tis-seed42 (last step seen: 2); see {attempt}/verl.log. "
               "Running the same command again resumes from the newest checkpoint. Also, ")
     assert out.stderr.splitlines()[-1] == f"run failed: {failed if status else ''}{merge}"  # above: the progress bar
@@ -198,7 +198,7 @@ def test_top_k_at_the_vocabulary_passes_and_an_unknown_one_is_named(tmp_path, ca
     results = tmp_path / "results"
     common = [REFERENCE, "method=sc", "backend.dry_run=true", f"data.dir={tmp_path / 'data'}", f"results_root={results}"]
     assert launch.prevalidate([*common, "method.top_k=151936"]) == [results / "qwen3_4b_sc_repro" / "sc-seed42"]
-    with caplog.at_level("WARNING", logger="runners.verl_backend.vocabulary"):
+    with caplog.at_level("WARNING", logger="runners.verl_side.backend.vocabulary"):
         launch.prevalidate([*common, "method.top_k=500000", "model.path=example-org/not-downloaded"])
     assert caplog.messages == ["method.top_k=500000 is not checked against the vocabulary of "
                                "model.path=example-org/not-downloaded: not a local folder, not in the Hugging Face "

@@ -30,12 +30,15 @@ import verl  # noqa: F401 - once per process; loads the project's plug-in
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from runners import verl_backend, verl_head
 from runners.config import hydra_override as ho
-from runners.verl_backend import dry_run, launch, run_files, sc_seam
-from runners.verl_backend import overrides as ovr
-from runners.verl_head import correction
-from runners.verl_revisions import config_facts, installed, newer_keys, project_slots, releases
+from runners.run import verl_files
+from runners.verl_side import backend as verl_backend
+from runners.verl_side import head as verl_head
+from runners.verl_side.backend import dry_run, launch, sc_seam
+from runners.verl_side.backend import overrides as ovr
+from runners.verl_side.backend.verl_run import VerlRun
+from runners.verl_side.head import correction
+from runners.verl_side.revisions import config_facts, installed, newer_keys, project_slots, releases
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -185,7 +188,7 @@ ALG_RC = "algorithm.rollout_correction"
 def test_overrides_carry_every_reference_setting(tmp_path, arm):
     cfg = project_cfg(tmp_path, method=arm)
     run_dir = run_dir_of(cfg)
-    got = as_dict(launch.build_spec(cfg, run_dir).overrides)
+    got = as_dict(launch.build_spec(VerlRun.of(cfg), run_dir).overrides)
     for row, key, want in reference_settings(tmp_path / "data", run_dir):
         if key == "actor_rollout_ref.model.lora_rank":  # verl's default (0) is what full-parameter means
             assert key not in got, row
@@ -198,7 +201,7 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     for side in (ALG_RC, ACT_RC):
         assert got[f"{side}.rollout_is"] == rollout_is
         assert got[f"{side}.rollout_is_threshold"] == threshold
-    project_transport = sc and installed.transport() is installed.PROJECT_TRANSPORT
+    project_transport = sc and installed.head_carrier() is installed.PROJECT_CARRIES
     if sc and not project_transport:  # verl's own transport: top-128 head from vLLM, verl's slot on at both ends
         assert got["actor_rollout_ref.rollout.topk_log_probs"] == 128
         assert got[f"{ALG_RC}.score_centering"] is True
@@ -211,9 +214,9 @@ def test_overrides_carry_every_reference_setting(tmp_path, arm):
     assert {k: got.get(k) for k in project_keys} == (project_keys if project_transport else dict.fromkeys(project_keys))
 
     env_key = "ray_kwargs.ray_init.runtime_env.env_vars."
-    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(run_files.AttemptPaths(run_dir, 1).file_logger)
+    assert got[env_key + "VERL_FILE_LOGGER_PATH"] == str(verl_files.AttemptPaths(run_dir, 1).file_logger)
     modules = got[env_key + "VERL_USE_EXTERNAL_MODULES"].split(",")
-    sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl_backend.sc_hook"] if sc else []
+    sc_modules = [verl_head.PLUGIN_MODULE] if project_transport else ["runners.verl_side.backend.sc_hook"] if sc else []
     assert modules == ["ablations.registry", *sc_modules]
     assert got.get(env_key + "VERL_ENGINE_VENDOR") == (verl_head.ENGINE_VENDOR if project_transport else None)
 
@@ -227,10 +230,10 @@ def test_distinct_lowercase_eval_sources(tmp_path):
 
 def test_every_override_round_trips_through_hydra(tmp_path):
     cfg = project_cfg(tmp_path, ho.override("data.dir", tmp_path / "a dir, with: odd=chars"))
-    for item in launch.build_spec(cfg, run_dir_of(cfg)).overrides:
+    for item in launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides:
         key, value, prefix = ho.parse(item)
         assert ho.override(key, value, add=bool(prefix)) == item
-    got = as_dict(launch.build_spec(cfg, run_dir_of(cfg)).overrides)
+    got = as_dict(launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides)
     assert got["data.train_files"][0].startswith(str(tmp_path / "a dir, with: odd=chars"))
     for value in [1e-6, 2.0, -1, True, None, "x,y", "it's", "a b", "[1]", "pkg://a.b", "1.5", "null"]:
         assert ho.parse(f"k={ho.format_value(value)}")[1] == value
@@ -241,14 +244,14 @@ def test_every_override_round_trips_through_hydra(tmp_path):
 def test_every_arm_composes_and_validates_against_installed_verl(tmp_path, arm):
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method=arm)
     verl_backend.validate(cfg)
-    spec = launch.build_spec(cfg, run_dir_of(cfg))
+    spec = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg))
     report = dry_run.check_against_installed_verl(spec.overrides, score_centering=arm in SC_ARMS)
     assert report["status"] == "passed"
     verl_cfg = OmegaConf.create(report["verl_config"])
     assert verl_cfg.actor_rollout_ref.actor.policy_loss.loss_mode == PER_ARM[arm][0]
     rows = {r["key"]: r for r in report["newer_keys"]}
     transport = report["score_centering_transport"]
-    if arm in SC_ARMS and installed.transport() is installed.PROJECT_TRANSPORT:  # verl 0.9.1: no newer key, nothing to install
+    if arm in SC_ARMS and installed.head_carrier() is installed.PROJECT_CARRIES:  # verl 0.9.1: no newer key, nothing to install
         assert transport["name"] == "project" and rows == {} and report["seam_installed"] is False
         assert report["score_centering_support"] is True and report["score_centering_missing"] == []
     elif arm in SC_ARMS:
@@ -264,7 +267,7 @@ def test_the_engine_follows_the_torch_compile_knob(tmp_path, compile_):
     follow actor.use_torch_compile: the knob must reach the engine (found by the rehearsal: it compiled
     with the knob off, 25 s per arm on a CPU)."""
     cfg = project_cfg(tmp_path, "backend.dry_run=true", f"backend.actor.use_torch_compile={compile_}", method="pg")
-    report = dry_run.check_against_installed_verl(launch.build_spec(cfg, run_dir_of(cfg)).overrides)
+    report = dry_run.check_against_installed_verl(launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides)
     actor = OmegaConf.create(report["verl_config"]).actor_rollout_ref.actor
     assert (actor.use_torch_compile, actor.fsdp_config.use_torch_compile) == (compile_, compile_)
 
@@ -274,19 +277,19 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
     run_dir = run_dir_of(cfg)
     monkeypatch.setattr(launch, "launch", lambda *a, **k: pytest.fail("a dry run must not launch verl"))
     verl_backend.run(cfg, run_dir)
-    out = run_files.dry_run_dir(run_dir)
+    out = verl_files.dry_run_dir(run_dir)
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "passed" and report["attempt"] == 1
-    spec = launch.build_spec(cfg, run_dir)
+    spec = launch.build_spec(VerlRun.of(cfg), run_dir)
     assert (out / "overrides.txt").read_text().splitlines() == spec.overrides
     assert (out / "command.txt").read_text().strip() == spec.command_line() == report["command"]
     script = (out / "launch.sh").read_text()
     assert os.access(out / "launch.sh", os.X_OK)
     assert "exec " in script and "-m verl.trainer.main_ppo" in script
-    sc_module = verl_head.PLUGIN_MODULE if installed.transport() is installed.PROJECT_TRANSPORT else "runners.verl_backend.sc_hook"
+    sc_module = verl_head.PLUGIN_MODULE if installed.head_carrier() is installed.PROJECT_CARRIES else "runners.verl_side.backend.sc_hook"
     assert f"export VERL_USE_EXTERNAL_MODULES=ablations.registry,{sc_module}" in script
     assert OmegaConf.load(out / "verl_config.yaml").trainer.total_training_steps == 500
-    assert not run_files.attempts(run_dir), "a dry run must not start an attempt"
+    assert not verl_files.attempts(run_dir), "a dry run must not start an attempt"
     # the script's exec line splits (POSIX shell rules) into exactly the launch's argv
     exec_line = script.split("exec ", 1)[1].replace("\\\n", " ")
     assert shlex.split(exec_line) == spec.argv
@@ -295,7 +298,7 @@ def test_dry_run_writes_command_overrides_and_script_and_starts_nothing(tmp_path
 def test_the_transports_settings_are_checked(tmp_path):
     """What the arm's head transport needs of verl's config, each broken once: the dry run names it."""
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method="sc_tis")
-    good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+    good = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides
 
     def with_change(old_prefix: str, new: str) -> list[str]:
         changed = [new if ho.parse(o)[0] == old_prefix else o for o in good]
@@ -303,7 +306,7 @@ def test_the_transports_settings_are_checked(tmp_path):
         return changed
 
     rollout = "actor_rollout_ref.rollout"
-    if installed.transport() is installed.PROJECT_TRANSPORT:  # built here: its keys exist on this transport only
+    if installed.head_carrier() is installed.PROJECT_CARRIES:  # built here: its keys exist on this transport only
         project_cases = {  # verl 0.9.1: the project's transport
             f"custom.{verl_head.CUSTOM_KEY} must be an integer >= 1": with_change(
                 f"{rollout}.custom.{verl_head.CUSTOM_KEY}", f"++{rollout}.custom.{verl_head.CUSTOM_KEY}=0"),
@@ -317,7 +320,7 @@ def test_the_transports_settings_are_checked(tmp_path):
             "top_p": with_change(f"{rollout}.top_p", f"{rollout}.top_p=0.9"),
             "sc_correction": with_change("actor_rollout_ref.actor.policy_loss.loss_mode",
                                          "actor_rollout_ref.actor.policy_loss.loss_mode=ablation_tis"),
-            "belongs to verl's own head transport": [*good, "++algorithm.rollout_correction.score_centering=True"],
+            "belongs to verl as head carrier": [*good, "++algorithm.rollout_correction.score_centering=True"],
         }
         for needle, overrides in project_cases.items():
             with pytest.raises(ValueError, match=needle):
@@ -351,7 +354,7 @@ def test_dry_run_checks_the_data_sources_of_existing_files(tmp_path):
     import pyarrow.parquet as pq
 
     cfg = project_cfg(tmp_path, "backend.dry_run=true", method="pg")
-    overrides = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+    overrides = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides
     write_data(cfg)
     report = dry_run.check_against_installed_verl(overrides)
     assert not any("does not exist" in n for n in report["notes"])
@@ -418,7 +421,7 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
     from runners import validate
     cfg = project_cfg(tmp_path, method=arm)
     write_data(cfg)
-    if installed.transport() is installed.PROJECT_TRANSPORT:
+    if installed.head_carrier() is installed.PROJECT_CARRIES:
         monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
             project_slots.Slot(s.where, s.what, (lambda: False) if "FullyAsync" in s.where else s.holds) for s in installed.PROJECT_SLOTS))
         lacking = "FullyAsyncLLMServerClient.generate"
@@ -435,11 +438,11 @@ def test_sc_launch_fails_at_once_where_the_transport_lacks_a_slot(tmp_path, arm,
             assert releases.INSTALL_COMMAND in str(err.value)
     finally:
         installed.check.cache_clear()
-    assert not run_files.attempts(run_dir_of(cfg))
+    assert not verl_files.attempts(run_dir_of(cfg))
 
 
 def test_installed_verl_is_checked_once_per_launch(tmp_path, monkeypatch):
-    """``installed.require`` runs in the launch's validation only (``runners.verl_backend.checks``), not again
+    """``installed.require`` runs in the launch's validation only (``runners.verl_side.backend.checks``), not again
     when the attempt starts: the attempt goes on to start verl without asking the installed verl again."""
     from runners import validate
 
@@ -462,7 +465,7 @@ def test_installed_verl_is_checked_once_per_launch(tmp_path, monkeypatch):
     assert calls == ["method=sc_tis (score centering)"]  # the attempt did not ask again
 
 
-@pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+@pytest.mark.skipif(installed.head_carrier() is installed.VERL_CARRIES, reason="the installed verl has the seam (8718ca30)")
 def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": ovr.SC_HOOK_MODULE}
     proc = subprocess.run(
@@ -474,7 +477,7 @@ def test_sc_hook_stops_every_verl_process_on_a_verl_without_the_seam():
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{installed.ScoreCenteringUnsupported.__module__}.ScoreCenteringUnsupported: "), last
-    assert releases.REQUIRED_COMMIT in last and "runners.verl_head" in last, last
+    assert releases.REQUIRED_COMMIT in last and "runners.verl_side.head" in last, last
 
 
 # -- a real launch, with a stand-in for verl -------------------------------------------------------
@@ -500,11 +503,11 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
     write_data(cfg)
     verl_backend.validate(cfg)
     calls = []
-    fake_ingest = types.ModuleType("runners.verl_backend.ingest")
+    fake_ingest = types.ModuleType("runners.verl_side.backend.ingest")
     fake_ingest.ingest_run = lambda run_dir, c, **kw: calls.append(
         (Path(run_dir), c.run_name, kw.get("status"))
     )
-    monkeypatch.setitem(sys.modules, "runners.verl_backend.ingest", fake_ingest)
+    monkeypatch.setitem(sys.modules, "runners.verl_side.backend.ingest", fake_ingest)
     monkeypatch.setenv("FAKE_VERL_STATUS", str(status))
     run_dir = run_dir_of(cfg)
     for attempt in (1, 2):
@@ -513,16 +516,16 @@ def test_launch_runs_verl_with_log_progress_attempts_and_ingestion(tmp_path, mon
                 verl_backend.run(cfg, run_dir)
         else:
             verl_backend.run(cfg, run_dir)
-        paths = run_files.AttemptPaths(run_dir, attempt)
+        paths = verl_files.AttemptPaths(run_dir, attempt)
         log_text = paths.log_file.read_text()
         assert "step:3" in log_text
         argv = json.loads(log_text.split("argv ", 1)[1].splitlines()[0])
         assert argv[:2] == ["-m", "verl.trainer.main_ppo"]
-        assert argv[2:] == launch.build_spec(cfg, run_dir, attempt).argv[3:]
+        assert argv[2:] == launch.build_spec(VerlRun.of(cfg), run_dir, attempt).argv[3:]
         assert paths.file_logger.exists() and paths.launch_script.exists()
         assert calls[-1] == (run_dir, cfg.run_name, "failed" if status else None)
-    assert run_files.attempts(run_dir) == [1, 2]
-    assert all(run_files.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
+    assert verl_files.attempts(run_dir) == [1, 2]
+    assert all(verl_files.AttemptPaths(run_dir, n).file_logger.exists() for n in (1, 2))
 
 
 # -- the seam ---------------------------------------------------------------------------------------
@@ -625,13 +628,13 @@ def test_install_refuses_a_changed_seam():
         sc_seam.install(sc)
 
 
-@pytest.mark.skipif(installed.transport() is installed.VERL_TRANSPORT, reason="the installed verl has the seam (8718ca30)")
+@pytest.mark.skipif(installed.head_carrier() is installed.VERL_CARRIES, reason="the installed verl has the seam (8718ca30)")
 def test_install_on_a_verl_without_the_seam_raises_the_clear_error():
     with pytest.raises(installed.ScoreCenteringUnsupported, match=releases.REQUIRED_COMMIT):
         sc_seam.install()
 
 
-@pytest.mark.skipif(installed.transport() is not installed.VERL_TRANSPORT,
+@pytest.mark.skipif(installed.head_carrier() is not installed.VERL_CARRIES,
                     reason="needs verl's own score-centering transport (commit 8718ca30, optional)")
 def test_install_on_supporting_verl_patches_the_real_seam():
     import importlib
@@ -689,7 +692,7 @@ def test_dry_run_calls_the_loss_on_verls_converted_config(tmp_path):
 
     try:
         cfg = project_cfg(tmp_path, "backend.dry_run=true", method="tis")
-        good = launch.build_spec(cfg, run_dir_of(cfg)).overrides
+        good = launch.build_spec(VerlRun.of(cfg), run_dir_of(cfg)).overrides
         bad = [o if ho.parse(o)[0] != "actor_rollout_ref.actor.policy_loss.loss_mode"
                else "actor_rollout_ref.actor.policy_loss.loss_mode=test_attribute_reader" for o in good]
         with pytest.raises(ValueError, match="fails on verl's converted actor config"):

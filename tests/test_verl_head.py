@@ -1,4 +1,4 @@
-"""The project's head transport on verl 0.9.1 (runners/verl_head), piece by piece on a CPU.
+"""The project's head transport on verl 0.9.1 (runners/verl_side/head), piece by piece on a CPU.
 
 What runs end to end through verl's trainer is the rehearsal (tests/integration/test_rehearsal.py) and
 verl's actor worker (tests/integration/test_verl_worker.py); here each piece's contract: the layout,
@@ -20,7 +20,7 @@ import torch
 import verl  # noqa: F401 - once per process
 from omegaconf import OmegaConf
 
-from runners.verl_head import (
+from runners.verl_side.head import (
     REQUEST_KEY,
     SEQUENCE_IDS,
     SEQUENCE_LOG_PROBS,
@@ -28,7 +28,7 @@ from runners.verl_head import (
     TOKEN_LOG_PROBS,
     head_layout,
 )
-from runners.verl_head.vllm_head import (
+from runners.verl_side.head.vllm_head import (
     HeadCapturingEngine,
     ask_for_head,
     requested_k,
@@ -104,7 +104,7 @@ def test_client_joins_the_head_of_resumed_segments(monkeypatch):
     from verl.workers.rollout import llm_server
     from verl.workers.rollout.replica import TokenOutput
 
-    from runners.verl_head.client import HeadLLMServerClient
+    from runners.verl_side.head.client import HeadLLMServerClient
 
     segments = [([5, 6], "aborted", 0, 3), ([7, 8, 9], "completed", 100, 4)]
     calls = []
@@ -159,7 +159,7 @@ def _output(response_mask=None, with_head=True):
 
 
 def test_lifted_output_stores_the_head_per_sequence_position_and_nothing_else_changes():
-    from runners.verl_head.agent_loop import HeadAgentLoopOutput, with_head_request
+    from runners.verl_side.head.agent_loop import HeadAgentLoopOutput, with_head_request
 
     original = _output()
     lifted = HeadAgentLoopOutput.lift(original)
@@ -179,8 +179,8 @@ def test_lifted_output_stores_the_head_per_sequence_position_and_nothing_else_ch
 
 
 def test_head_size_comes_from_verls_rollout_custom_block():
-    from runners.verl_head import CUSTOM_KEY
-    from runners.verl_head.agent_loop import head_size
+    from runners.verl_side.head import CUSTOM_KEY
+    from runners.verl_side.head.agent_loop import head_size
 
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"custom": {CUSTOM_KEY: 128}}}})
     assert head_size(config) == 128
@@ -194,7 +194,7 @@ def test_engine_refuses_flash_attn_in_place_cross_entropy_without_entropy(monkey
     from verl.utils import tensordict_utils as tu
     from verl.utils import torch_functional
 
-    from runners.verl_head.engine import actor_config_of, check_no_inplace_cross_entropy
+    from runners.verl_side.head.engine import actor_config_of, check_no_inplace_cross_entropy
 
     batch = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
     tu.assign_non_tensor(batch, calculate_entropy=False)
@@ -217,9 +217,9 @@ def test_engine_is_verls_registered_engine_for_the_vendor_key(monkeypatch):
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    import runners.verl_head.plugin  # noqa: F401 - what VERL_USE_EXTERNAL_MODULES imports in every process
-    from runners.verl_head import ENGINE_VENDOR
-    from runners.verl_head.engine import HeadEngine
+    import runners.verl_side.head.plugin  # noqa: F401 - what VERL_USE_EXTERNAL_MODULES imports in every process
+    from runners.verl_side.head import ENGINE_VENDOR
+    from runners.verl_side.head.engine import HeadEngine
 
     monkeypatch.setenv("VERL_ENGINE_DEVICE", "cuda")
     monkeypatch.setenv("VERL_ENGINE_VENDOR", ENGINE_VENDOR)
@@ -368,7 +368,7 @@ class ScriptedFileEngine(ScriptedEngine):
         self.shift = shift
 
     async def generate(self, prompt, sampling_params, request_id, **kwargs):
-        from runners.verl_head.head_file import FILE_KEY, open_rows
+        from runners.verl_side.head.head_file import FILE_KEY, open_rows
 
         path = (sampling_params.extra_args or {}).get(FILE_KEY)
         rows = open_rows(path, K, sampling_params.max_tokens) if path else None
@@ -385,7 +385,7 @@ class ScriptedFileEngine(ScriptedEngine):
 
 @pytest.mark.parametrize("finish", [True, False], ids=["finished", "aborted"])
 def test_capturing_engine_reads_the_head_from_the_logits_processors_file(tmp_path, finish):
-    from runners.verl_head.head_file import FILE_KEY
+    from runners.verl_side.head.head_file import FILE_KEY
 
     inner = ScriptedFileEngine(3, finish=finish)
     engine = HeadCapturingEngine(inner, StandInLogprob, head_files=str(tmp_path))
@@ -435,7 +435,7 @@ def test_vllm_server_attaches_the_captured_head(monkeypatch):
     extra); its generate on a scripted parent: the head the engine captured lands in extra_fields."""
     pytest.importorskip("vllm.logprobs", reason=NO_VLLM)
     try:
-        from runners.verl_head import vllm_server
+        from runners.verl_side.head import vllm_server
     except ImportError as err:  # vLLM's Python sources import, its runtime pieces may not on this machine
         pytest.skip(f"verl's vLLM server module does not import here: {err}")
     from verl.workers.rollout.replica import TokenOutput
@@ -463,12 +463,12 @@ def test_vllm_server_uses_head_files_only_with_the_logits_processor_loaded(monke
 
     pytest.importorskip("vllm.logprobs", reason=NO_VLLM)
     try:
-        from runners.verl_head import vllm_server
+        from runners.verl_side.head import vllm_server
     except ImportError as err:
         pytest.skip(f"verl's vLLM server module does not import here: {err}")
     from verl.workers.rollout.vllm_rollout import vllm_async_server
 
-    from runners.verl_head import HEAD_FILES_ENV, HEAD_PROCESSOR
+    from runners.verl_side.head import HEAD_FILES_ENV, HEAD_PROCESSOR
 
     async def parent_run_server(self, args):
         self.engine = ScriptedEngine([1])

@@ -17,12 +17,19 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from runners.verl_backend import run_files
-from runners.verl_backend.ingest import IngestError, ingest_run
-from runners.verl_backend.ingest import main as ingest_main
+from runners.run import verl_files
+from runners.verl_side.backend.ingest import IngestError, ingest_run
+from runners.verl_side.backend.ingest import main as ingest_main
+from runners.verl_side.backend.verl_run import VerlRun
 
 CAP = 16
 PROBLEMS = {"aime2024": ["aime2024-00", "aime2024-01"], "aime2025": ["aime2025-00", "aime2025-01"]}
+
+
+#: The backend keys a verl run is resolved from (runners.verl_side.backend.verl_run.VerlRun.of), besides the platform.
+RESOLVED_BACKEND = {"placement": {"nnodes": 1, "trainer_gpus_per_node": 1, "rollout_nnodes": 1, "rollout_gpus_per_node": 1,
+                                  "rollout_tensor_parallel": 1, "shared_gpu": False},
+                    "rollout_engine": {"head_transport": "flat_logprobs"}}
 
 
 def make_cfg(total_steps: int = 8) -> dict:
@@ -107,7 +114,7 @@ def write_dump(
                 lines.append(json.dumps(entry))
     if drop_last:
         lines = lines[:-1]
-    path = run_files.validation_dump_dir(run_dir) / f"{step}.jsonl"
+    path = verl_files.validation_dump_dir(run_dir) / f"{step}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
@@ -128,21 +135,21 @@ def make_run(tmp_path: Path, *, attempt2_upto: int = 8) -> Path:
         if s == 4:
             d.update(val_data(0.4))  # overwritten by attempt 2's re-evaluation
         a1.append((s, d))
-    write_log(run_files.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
+    write_log(verl_files.AttemptPaths(run, 1).file_logger, a1, torn='{"step": 7, "data": {"critic/sc')
     a2 = [(4, val_data(0.5))]
     for s in range(5, attempt2_upto + 1):
         d = train_data(s, 2, longest=CAP if s == 6 else 10, clip=0.25 if s == 6 else 0.125)
         if s == 8:
             d.update(val_data(1.0))
         a2.append((s, d))
-    write_log(run_files.AttemptPaths(run, 2).file_logger, a2)
-    ckpt = run_files.checkpoints_dir(run)
+    write_log(verl_files.AttemptPaths(run, 2).file_logger, a2)
+    ckpt = verl_files.checkpoints_dir(run)
     ckpt.mkdir(parents=True)
     (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
     write_dump(run, 0, {pid: [0, 1] if pid.endswith("0") else [0, 0] for pid in ALL_RIGHT}, SHORT)
     write_dump(run, 4, HALF, HIT_CAP)
     write_dump(run, 8, ALL_RIGHT, SHORT)
-    rollouts = run_files.verl_dir(run) / "rollouts"
+    rollouts = verl_files.verl_dir(run) / "rollouts"
     rollouts.mkdir(parents=True)
     # step 5: groups u1 (all -1: zero variance) and u2 (mixed) -> 0.5
     (rollouts / "5.jsonl").write_text(
@@ -238,7 +245,7 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
     assert check_contract(run) == []
 
     # a third attempt has started but logged nothing: it resumes from the checkpoint marker
-    run_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    verl_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
     metrics = json.loads(ingest_run(run).read_text())
     a1, a2, a3 = metrics["run"]["attempts"]
     assert (a2["status"], a2["end_step"], a2["ended"] is not None) == ("killed", 6, True)
@@ -258,7 +265,7 @@ def test_partial_run_is_running_and_skips_an_unfinished_dump(tmp_path):
 def test_gap_between_attempts_is_an_error(tmp_path):
     run = make_run(tmp_path)
     a2 = [(s, train_data(s, 2)) for s in range(8, 9)]  # resumes at 7, attempt 1 stopped at 6
-    write_log(run_files.AttemptPaths(run, 2).file_logger, a2)
+    write_log(verl_files.AttemptPaths(run, 2).file_logger, a2)
     with pytest.raises(
         IngestError, match=r"train steps \[7\] \(1\) are in no attempt's log.*attempt 1.*1\.\.6"
     ):
@@ -268,7 +275,7 @@ def test_gap_between_attempts_is_an_error(tmp_path):
 
 def test_torn_line_in_the_middle_and_missing_enrichment(tmp_path):
     run = make_run(tmp_path)
-    path = run_files.AttemptPaths(run, 1).file_logger
+    path = verl_files.AttemptPaths(run, 1).file_logger
     lines = path.read_text().splitlines()
     lines.insert(2, '{"step": 2, "da')
     path.write_text("\n".join(lines) + "\n")
@@ -298,7 +305,7 @@ def test_cli_prints_status(tmp_path, capsys):
 def test_the_record_says_what_verls_seed_fixes(tmp_path):
     """run.seed_fixes: verl's seed fixes the prompt order (a valid seed pair) but not vLLM's sampling."""
     from runners.run.run_contract import PAIRING_STREAM, seed_pairing
-    from runners.verl_backend.ingest import SEED_FIXES
+    from runners.verl_side.backend.ingest import SEED_FIXES
 
     run = make_run(tmp_path)
     fixes = json.loads(ingest_run(run, OmegaConf.load(run / "config.yaml")).read_text())["run"]["seed_fixes"]
@@ -312,7 +319,7 @@ def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
     """run.seed_fixes of a rehearsal (backend.platform=cpu) names what samples there: the CPU rollout's
     per-replica torch.Generator, not vLLM; the streams (and so seed pairing) are those of a GPU run."""
     from runners.run.run_contract import seed_pairing
-    from runners.verl_backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES
+    from runners.verl_side.backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES
 
     run = make_run(tmp_path)
     cfg = OmegaConf.merge(OmegaConf.load(run / "config.yaml"), {"backend": {"platform": "cpu"}})
@@ -322,21 +329,21 @@ def test_a_rehearsals_record_says_the_cpu_rollout_samples(tmp_path):
     texts = [*fixes["how"].values(), *fixes["not_fixed"].values()]
     assert not [t for t in texts if "vLLM" in t and "standing in for vLLM" not in t]
     assert fixes["how"]["rollout_engine"] == ("actor_rollout_ref.rollout.seed: the torch.Generator of each CPU "
-                                             "rollout replica (runners/verl_cpu/rollout.py), seeded with seed + "
+                                             "rollout replica (runners/verl_side/platform/rehearsal/rollout.py), seeded with seed + "
                                              "replica rank")
     assert fixes["not_fixed"]["sampler"].startswith("the CPU rollout (an HF model on the CPU standing in for vLLM)")
     assert fixes["reproducible"] is False
 
 
 def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path):
-    """Ctrl-C closes verl's attempt as ``stopped`` (runners.verl_backend.launch); a later pass over the same
+    """Ctrl-C closes verl's attempt as ``stopped`` (runners.verl_side.backend.launch); a later pass over the same
     logs keeps it, and a new attempt (the same command again) runs it on."""
     run = make_run(tmp_path, attempt2_upto=6)
     metrics = json.loads(ingest_run(run, status="stopped").read_text())
     assert metrics["run"]["status"] == "stopped" and metrics["run"]["attempts"][-1]["status"] == "stopped"
     assert check_contract(run) == []
     assert json.loads(ingest_run(run).read_text())["run"]["status"] == "stopped"
-    run_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
+    verl_files.AttemptPaths(run, 3).attempt_dir.mkdir(parents=True)
     metrics = json.loads(ingest_run(run).read_text())
     assert metrics["run"]["status"] == "running"
     assert [a["status"] for a in metrics["run"]["attempts"]] == ["killed", "stopped", "running"]
@@ -345,7 +352,7 @@ def test_a_run_stopped_by_the_user_stays_stopped_until_another_attempt(tmp_path)
 def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch):
     """The launcher's interrupt path: Ctrl-C stops verl's group and ingests with status ``stopped``; any other
     interruption leaves the attempt open (as a kill does)."""
-    from runners.verl_backend import launch as verl_launch
+    from runners.verl_side.backend import launch as verl_launch
 
     calls: list[tuple[bool, str | None]] = []
 
@@ -384,23 +391,28 @@ def test_ctrl_c_during_verl_records_the_attempt_as_stopped(tmp_path, monkeypatch
     monkeypatch.setattr(verl_launch, "stop_group", lambda proc: None)
     monkeypatch.setattr(verl_launch, "_ingest", lambda run_dir, cfg, *, final, status=None: calls.append((final, status)))
     cfg = OmegaConf.create({"method": {"name": "pg", "score_centering": False}, "trainer": {"total_steps": 4},
-                            "run_name": "pg-seed1", "backend": {"ingest_interval_s": 60}})
+                            "run_name": "pg-seed1", "backend": {"ingest_interval_s": 60, **RESOLVED_BACKEND}})
     for raised, status in ((KeyboardInterrupt, "stopped"), (SystemExit, None)):
         calls.clear()
         monkeypatch.setattr(verl_launch.subprocess, "Popen", lambda *a, _r=raised, **k: Proc(_r))
         with pytest.raises(raised):
-            verl_launch._attempt(cfg, tmp_path, lock_fd=0)
+            verl_launch._attempt(VerlRun.of(cfg), tmp_path, lock_fd=0)
         assert calls == [(False, status)]
 
 
 @pytest.mark.parametrize(("backend", "engine"), [
-    ({"platform": "cpu"}, "standin (runners/verl_cpu/rollout.py"),
-    ({"platform": "cpu", "rehearsal_rollout": "standin"}, "standin (runners/verl_cpu/rollout.py"),
+    ({"platform": "cpu"}, "standin (runners/verl_side/platform/rehearsal/rollout.py"),
+    ({"platform": "cpu", "rehearsal_rollout": "standin"}, "standin (runners/verl_side/platform/rehearsal/rollout.py"),
     ({"platform": "cpu", "rehearsal_rollout": "vllm"}, "vllm"),
     ({}, "vllm"),
 ])
 def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine):
-    from runners.verl_backend.ingest import REHEARSAL_SEED_FIXES, SEED_FIXES, rollout_engine, seed_fixes_of
+    from runners.verl_side.backend.ingest import (
+        REHEARSAL_SEED_FIXES,
+        SEED_FIXES,
+        rollout_engine,
+        seed_fixes_of,
+    )
 
     cfg = OmegaConf.create({**make_cfg(), "backend": backend})
     assert rollout_engine(cfg).startswith(engine)
@@ -410,7 +422,8 @@ def test_the_record_names_the_rollout_engine_and_its_seed_fixes(backend, engine)
 def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
     """vLLM's CPU engine leaves its IPC socket files in a folder under the temporary folder; the launcher
     removes it once the attempt has ended (the stand-in has none)."""
-    from runners.verl_cpu import rehearsal
+    from runners.verl_side.platform import platform_for
+    from runners.verl_side.platform.rehearsal import swaps as rehearsal
 
     monkeypatch.setattr(rehearsal.tempfile, "gettempdir", lambda: str(tmp_path))
     state = tmp_path / "run" / "verl" / "attempt-1" / "cpu"
@@ -419,22 +432,23 @@ def test_vllms_socket_folder_is_removed_after_an_attempt(tmp_path, monkeypatch):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "socket-left-by-vllm").write_text("")
         cfg = OmegaConf.create({"backend": {"platform": "cpu", "rehearsal_rollout": rollout}})
-        rehearsal.tidy_after_attempt(cfg, state)
+        platform_for(cfg).tidy_after_attempt(state)
         assert folder.exists() is kept
 
 
 def test_the_same_command_starts_no_verl_attempt_for_a_finished_run(tmp_path, monkeypatch):
     """docs/resuming.md: finished arms are left alone; an unfinished, stopped or extended run starts verl."""
-    import runners.verl_backend as verl_backend
-    from runners.verl_backend import launch as verl_launch
+    import runners.verl_side.backend as verl_backend
+    from runners.verl_side.backend import launch as verl_launch
 
     run = make_run(tmp_path)
     ingest_run(run, status="finished")  # steps 1..8 of 8
     started: list[Path] = []
-    monkeypatch.setattr(verl_launch, "launch", lambda cfg, run_dir: started.append(run_dir))
+    monkeypatch.setattr(verl_launch, "launch", lambda run, run_dir, plan: started.append(run_dir))
+    monkeypatch.setattr(verl_backend, "_launch_plan", lambda run: None)  # the plan needs a whole config
 
     def cfg(total: int):
-        return OmegaConf.create({**make_cfg(total), "backend": {"dry_run": False, "platform": "gpu"}})
+        return OmegaConf.create({**make_cfg(total), "backend": {"dry_run": False, "platform": "gpu", **RESOLVED_BACKEND}})
 
     verl_backend.run(cfg(8), run)
     assert started == []

@@ -47,7 +47,7 @@ def test_arms_registered_in_a_ray_worker(ray_cpu):
 
 
 def test_arms_registered_through_the_launchers_runtime_env(ray_cpu):
-    from runners.verl_backend import overrides as ovr
+    from runners.verl_side.backend import overrides as ovr
 
     env = {"VERL_USE_EXTERNAL_MODULES": ovr.REGISTRY_MODULE}  # what the launcher sets for a PG/TIS arm
     task = registered_in_worker.options(runtime_env={"env_vars": env})

@@ -14,25 +14,26 @@ from pathlib import Path
 import pytest
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from runners.verl_backend import resume_point, run_files
-from runners.verl_backend.ingest import IngestError, merge_attempts, read_attempts
+from runners.run import verl_files
+from runners.verl_side.backend import resume_point
+from runners.verl_side.backend.ingest import IngestError, merge_attempts, read_attempts
 
 
 def write_attempt(run: Path, number: int, resumed_at: int, last: int) -> None:
     """An attempt's file-logger lines: the evaluation at its resume step, then train steps after it."""
     lines = [{"step": resumed_at, "data": {"val-core/aime2024/acc/mean@2": 0.5}}]
     lines += [{"step": s, "data": {"critic/score/mean": s + number / 10}} for s in range(resumed_at + 1, last + 1)]
-    path = run_files.AttemptPaths(run, number).file_logger
+    path = verl_files.AttemptPaths(run, number).file_logger
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
 def write_checkpoints(run: Path, steps: list[int], tracked: int) -> Path:
-    ckpt = run_files.checkpoints_dir(run)
+    ckpt = verl_files.checkpoints_dir(run)
     for s in steps:
         (ckpt / f"global_step_{s}" / "actor").mkdir(parents=True)
         (ckpt / f"global_step_{s}" / "data.pt").write_text(f"dataloader at {s}")
-    (ckpt / run_files.TRACKER).write_text(str(tracked))
+    (ckpt / verl_files.TRACKER).write_text(str(tracked))
     return ckpt
 
 
@@ -53,7 +54,7 @@ def killed_after_checkpoint(tmp_path) -> Path:
 
 def test_the_next_attempt_resumes_from_the_newest_logged_checkpoint(killed_after_checkpoint):
     run = killed_after_checkpoint
-    ckpt = run_files.checkpoints_dir(run)
+    ckpt = verl_files.checkpoints_dir(run)
     assert find_latest_ckpt_path(str(ckpt)).endswith("global_step_8")  # what verl alone would do
 
     assert resume_point.align(run, 3) == 6
@@ -80,7 +81,7 @@ def test_a_run_already_left_with_a_gap_is_healed(killed_after_checkpoint):
     write_attempt(run, 3, 8, 12)  # resumed at the unlogged step 8 before this fix
     write_checkpoints(run, [10, 12], tracked=12)
     assert resume_point.align(run, 4) == 6
-    assert sorted(p.name for p in (run_files.checkpoints_dir(run) / resume_point.SUPERSEDED).iterdir()) == [
+    assert sorted(p.name for p in (verl_files.checkpoints_dir(run) / resume_point.SUPERSEDED).iterdir()) == [
         f"global_step_{s}-before-attempt-004" for s in (10, 12, 8)]
     write_attempt(run, 4, 6, 12)
     assert sorted(merged_steps(run)) == list(range(1, 13))
@@ -108,7 +109,7 @@ def test_a_tracker_torn_by_a_kill_points_at_the_newest_logged_checkpoint(tmp_pat
     run = tmp_path / "pg-seed42"
     write_attempt(run, 1, 0, 5)
     ckpt = write_checkpoints(run, [2, 4], tracked=4)
-    (ckpt / run_files.TRACKER).write_text("")  # verl's open(..., "w") done, its write not
+    (ckpt / verl_files.TRACKER).write_text("")  # verl's open(..., "w") done, its write not
     with pytest.raises(ValueError):
         find_latest_ckpt_path(str(ckpt))  # verl alone: the next attempt dies at start-up
     assert resume_point.align(run, 2) == 4

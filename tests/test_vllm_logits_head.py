@@ -1,10 +1,10 @@
-"""The head by the project's logits processor (runners/verl_head/vllm_logits_head.py) on vLLM's CPU build.
+"""The head by the project's logits processor (runners/verl_side/head/vllm_logits_head.py) on vLLM's CPU build.
 
 One engine (``vllm.LLM``) on a tiny Qwen3 of vocabulary 4,096 with :class:`HeadFileWriter` loaded, T = 0.7,
 requests of different lengths in one batch, some asking for the head by file, one not: each file's head
 equals the head vLLM returns for the same request as flat top-k log-probs (``logprobs_mode=processed_logprobs``):
 the same ids in the same order, log-probs within :data:`TOLERANCE`, rows aligned with the sampled tokens
-(:func:`~runners.verl_head.head_file.check_aligned`); the request without a file is untouched,
+(:func:`~runners.verl_side.head.head_file.check_aligned`); the request without a file is untouched,
 and every file is gone once taken. Skips where vLLM is not installed.
 """
 
@@ -22,7 +22,7 @@ K, VOCAB = 16, 4096
 
 
 def test_top_log_probs_on_a_cpu_equals_torch_topk():
-    from runners.verl_head.vllm_logits_head import top_log_probs
+    from runners.verl_side.head.vllm_logits_head import top_log_probs
 
     logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(0)) / 0.7
     ids, lps = top_log_probs(logits, 20)
@@ -38,10 +38,10 @@ def test_file_head_equals_vllms_flat_head(tmp_path, monkeypatch):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from runners.verl_head import REQUEST_KEY
-    from runners.verl_head.head_file import FILE_KEY, check_aligned, take
-    from runners.verl_head.vllm_head import ask_for_head, split_flat
-    from runners.verl_head.vllm_logits_head import HeadFileWriter
+    from runners.verl_side.head import REQUEST_KEY
+    from runners.verl_side.head.head_file import FILE_KEY, check_aligned, take
+    from runners.verl_side.head.vllm_head import ask_for_head, split_flat
+    from runners.verl_side.head.vllm_logits_head import HeadFileWriter
 
     for key, value in {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}.items():
         monkeypatch.setenv(key, value)

@@ -1,6 +1,6 @@
 """The plan's time replanned from a verl run's first steps: ``python -m runners.capacity --from-run RUN_DIR``.
 
-A verl run folder (docs/run_contract.md; :mod:`runners.verl_backend.ingest` reads the same files) holds the
+A verl run folder (docs/run_contract.md; :mod:`runners.run.attempt_logs` reads them, for ingestion too) holds the
 resolved ``config.yaml`` and each attempt's file-logger lines, ``verl/attempt-NNN/metrics.jsonl``. Of its
 first ``steps`` train steps (later attempts winning, as in ingestion) :func:`first_steps` takes the median of
 the timers verl 0.9.1's V1 ``separate_async`` trainer logs (``verl/trainer/ppo/v1/trainer_base.py``, ``fit`` and
@@ -16,7 +16,7 @@ the timers verl 0.9.1's V1 ``separate_async`` trainer logs (``verl/trainer/ppo/v
 * ``timing_s/testing``: an evaluation, on the line of the step it follows.
 
 and the lengths: ``response_length/mean`` over the cap, the share at the cap
-(:func:`runners.verl_backend.ingest.truncation_ratio`), ``perf/mfu/actor`` (the plan's ``train_mfu``) and the
+(:func:`runners.run.attempt_logs.truncation_ratio`), ``perf/mfu/actor`` (the plan's ``train_mfu``) and the
 evaluation's ``val-aux/<set>/response_length/mean@n``.
 
 **Which side bounds the step.** The trainer consumes one batch a step; in the steady state the replicas produce
@@ -50,7 +50,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.capacity import launch_checks
 from runners.capacity.estimate import Inputs, evaluate, inputs_of
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 
 #: The timers of verl 0.9.1's V1 separate_async trainer (the module docstring), by the names used here.
@@ -101,17 +100,17 @@ def _median(values: list[Any]) -> float | None:
 
 def first_steps(run_dir: Path, cap: int, steps: int = 10) -> FirstSteps:
     """The medians of the first ``steps`` train steps of the run in ``run_dir`` (the module docstring)."""
-    from runners.verl_backend import ingest
+    from runners.run import attempt_logs
 
     try:
-        train, val = ingest.merged_rows(ingest.read_attempts(run_dir))
+        train, val = attempt_logs.merged_rows(attempt_logs.read_attempts(run_dir))
         chosen = sorted(s for s in train if s >= 1)[:steps]
         if not chosen:
             raise ConfigError(f"{run_dir}: no train step logged yet (verl/attempt-*/metrics.jsonl); calibrate after the "
                               "first steps")
         rows = [train[s] for s in chosen]
-        truncation = [ingest.truncation_ratio(r, cap, s) for s, r in zip(chosen, rows, strict=True)]
-    except ingest.IngestError as err:
+        truncation = [attempt_logs.truncation_ratio(r, cap, s) for s, r in zip(chosen, rows, strict=True)]
+    except attempt_logs.IngestError as err:
         raise ConfigError(f"{run_dir}: {err}") from None
     last = max(chosen)
     seconds = {name: _median([r.get(key) for r in rows]) for name, key in TIMERS.items() if name != "evaluation"}
@@ -294,7 +293,7 @@ def calibrate(run_dir: str | Path, changes: list[str] | None = None, steps: int 
             "at_measured_lengths": _time_summary(plan_at_measured), "fitted": _time_summary(fitted),
             "fitted_decode_bandwidth_efficiency": fitted_efficiency, "fit_exact": exact, "projection": projection,
             "recommendation": recommendation, "first_over_measured": ratios, "slower_than_planned": slow,
-            "rehearsal": is_rehearsal(cfg),
+            "rehearsal": OmegaConf.select(cfg, "backend.platform", default="gpu") == "cpu",  # the run's recorded platform
             "overrides": " ".join(f"backend.capacity.time.{k}={v:.4g}" for k, v in recommendation["overrides"].items())}
 
 

@@ -1,6 +1,6 @@
 """The disk a verl run fills: checkpoints, the dumps, the exported model (an estimate; docs/capacity.md).
 
-verl 0.9.1's FSDP checkpoint (``runners/verl_backend/checkpoints.py`` lists its files) holds, per save, for
+verl 0.9.1's FSDP checkpoint (``runners/verl_side/checkpoints/store.py`` lists its files) holds, per save, for
 ``N`` parameters over all ranks together:
 
 * ``model``: the fp32 master weights, ``4 N`` bytes (the sharded state dict of FSDP2's fp32 parameters);
@@ -96,6 +96,6 @@ def estimate(d: DiskInputs) -> dict[str, Any]:
             f"{dumps / 1e9:.1f} GB, the export {export / 1e9:.1f} GB), over backend.capacity.disk_budget_bytes="
             f"{d.budget_bytes:.3g}; {ARMS} arms {ARMS * per_arm / 1e12:.2f} TB. Fix: backend.actor.max_ckpt_to_keep="
             f"{keep} (verl's rotation keeps the newest {keep}: the best checkpoint may go), or prune as it runs "
-            "keeping the best (python -m runners.verl_backend.checkpoints retain RUN_DIR --keep-latest 2 --keep-best 1 "
+            "keeping the best (python -m runners.verl_side.checkpoints retain RUN_DIR --keep-latest 2 --keep-best 1 "
             "--delete), or a larger trainer.save_freq")
     return out

@@ -20,7 +20,6 @@ from runners.capacity import disk, nodes, timing
 from runners.capacity import rollout_memory as rollout_mem
 from runners.capacity import trainer_memory as trainer_mem
 from runners.capacity.nodes import Nodes
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 from runners.config.model_shapes import ModelConfigError, ModelShape, shape_of
 
@@ -73,14 +72,14 @@ class Inputs:
 
 
 def known_shape(cfg: DictConfig) -> tuple[ModelShape, str] | None:
-    """``(shape, where it was read)`` of the trained model: the rehearsal's tiny Qwen3
-    (:func:`runners.tiny.model.shape_config`: its yaml and tokenizer), else ``model.path``'s config.json
+    """``(shape, where it was read)`` of the trained model: one of the project's tiny models, as the rehearsal
+    trains (:func:`runners.tiny.model.tiny_model_yaml`; its shape from its yaml and tokenizer), else ``model.path``'s config.json
     (:func:`runners.config.model_shapes.shape_of`); None when no config.json is found (before verl downloads it),
     a :class:`ModelConfigError` naming ``model.path`` for one that is found but gives no shape."""
-    if is_rehearsal(cfg):  # the rehearsal trains the tiny model
-        from runners.tiny.model import DEFAULT_MODEL_YAML, shape_config
+    from runners.tiny.model import shape_config, tiny_model_yaml
 
-        return ModelShape.from_config(shape_config()), str(DEFAULT_MODEL_YAML)
+    if (tiny := tiny_model_yaml(cfg)) is not None:  # the rehearsal trains the tiny model: no config.json before it
+        return ModelShape.from_config(shape_config(tiny)), str(tiny)
     try:
         return shape_of(str(cfg.model.path))
     except ModelConfigError as err:
@@ -205,7 +204,7 @@ def _time_assumptions(cfg: DictConfig) -> timing.TimeAssumptions:
 
 
 #: Bytes of the sampler's head per generated token and head id: an int32 id and its float32 log-prob, the layout
-#: of ``runners/verl_head/head_layout.py`` (``BYTES_PER_TOKEN_PER_ID``), copied so that the plan imports no
+#: of ``runners/verl_side/head/head_layout.py`` (``BYTES_PER_TOKEN_PER_ID``), copied so that the plan imports no
 #: backend; tests/test_import_layers.py holds the two equal.
 HEAD_BYTES_PER_ID = 4 + 4
 

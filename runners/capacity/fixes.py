@@ -15,8 +15,8 @@ The trainer's fixes, in the order they are shown:
   entropy that bypass mode logs as ``actor/entropy`` (its coefficient is 0: the loss is unchanged), so its
   fp32 chunks and their backward go, and flash-attn's cross-entropy runs in place. Allowed for the arms
   without score centering (PG, TIS); an SC arm's head backward reads the logits that in-place backward
-  overwrites, which the launch check (``runners/verl_backend/sc_requirements.py``, ``SC_REQUIRES``:
-  ``calculate_entropy`` true) and the engine's guard (``runners/verl_head/engine.py``,
+  overwrites, which the launch check (``runners/verl_side/backend/sc_requirements.py``, ``SC_REQUIRES``:
+  ``calculate_entropy`` true) and the engine's guard (``runners/verl_side/head/engine.py``,
   ``check_no_inplace_cross_entropy``) refuse;
 * **model states on the host** (``backend.actor.offload_policy=true``): same experiment, slower;
 * **a smaller micro-batch** (``backend.actor.max_token_len_per_gpu``, halved, at least one whole

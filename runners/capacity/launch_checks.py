@@ -6,7 +6,7 @@ schema type errors named); :func:`check` runs on it the launcher's checks that c
 1. the schema (``runners.config.config_checks.check_schema``: every key's type, allowed values and range; a GPU with
    0 or negative memory, a utilisation above 1, a negative CUDA context are refused here);
 2. the arm (``check_arm``) and the rules across keys every backend shares (``check_rules``);
-3. the verl backend's own checks (``runners.verl_backend.checks.validate``), run as for a dry run: the
+3. the verl backend's own checks (``runners.verl_side.backend.checks.validate``), run as for a dry run: the
    launch's shape (tensor parallelism that divides the rollout GPUs, micro-batches that hold one sequence,
    what an SC arm needs: ``calculate_entropy`` on, the in-place cross-entropy guard), ``method.top_k``
    against the vocabulary, the rehearsal's limits.

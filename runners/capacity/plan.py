@@ -34,7 +34,6 @@ from runners.capacity.estimate import (  # noqa: F401  (the names of the estimat
     time_side,
     trainer_side,
 )
-from runners.config import is_rehearsal
 from runners.config.config_error import ConfigError
 
 log = logging.getLogger(__name__)
@@ -115,13 +114,12 @@ def refusal(p: dict[str, Any]) -> str | None:
 
 
 def check_fits(cfg: DictConfig) -> None:
-    """The launch check (``runners.verl_backend.checks``): a GPU launch whose plan does not fit is a
+    """The launch check (``runners.verl_side.backend.checks``): a GPU launch whose plan does not fit is a
     :class:`ConfigError` (:func:`refusal`), a warning with ``backend.capacity.enforce=false``. A dry run writes
     the plan instead of refusing (``capacity.md``), but its plan must be computable before the dry run writes or
     moves anything, unless the model's shape is unknown (no config.json before verl downloads it: the dry run
-    writes "Capacity plan: none"). The CPU rehearsal has no GPU to fit."""
-    if is_rehearsal(cfg):
-        return
+    writes "Capacity plan: none"). Only a launch on GPUs is checked (the verl platform's ``fits_gpus``: the CPU
+    rehearsal has none to fit)."""
     enforce = bool(cfg.backend.capacity.enforce)
     if known_shape(cfg) is None:  # no config.json before verl downloads the model
         if cfg.backend.dry_run:

@@ -13,20 +13,10 @@
   launch checks') and the one check of ``method.top_k`` against its vocabulary.
 
 The checks of a whole launch (these, the trackers, the run folder, the backend's own) are ``runners/validate.py``,
-beside the launcher, because they read every room. :data:`CONF_DIR` is the config groups' folder;
-:func:`is_rehearsal` tells a rehearsal's config (``backend.platform=cpu``).
+beside the launcher, because they read every room. :data:`CONF_DIR` is the config groups' folder.
 """
 
 from pathlib import Path
-from typing import Any
 
 #: The Hydra config groups (``conf/``).
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
-
-
-def is_rehearsal(cfg: Any) -> bool:
-    """Does ``cfg`` launch the rehearsal: the verl launch on a CPU (``backend.platform=cpu``,
-    :mod:`runners.verl_cpu.rehearsal`)?"""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(cfg, "backend.platform", default="gpu") == "cpu"

@@ -208,7 +208,7 @@ def backend_module(cfg: DictConfig):
     """The backend package named by ``backend.name``."""
     import importlib
 
-    modules = {"local": "runners.local.backend", "verl": "runners.verl_backend"}
+    modules = {"local": "runners.local.backend", "verl": "runners.verl_side.backend"}
     if cfg.backend.name not in modules:
         raise ConfigError(f"backend.name={cfg.backend.name!r}; allowed: {', '.join(modules)}")
     return importlib.import_module(modules[cfg.backend.name])

@@ -1,5 +1,5 @@
 """The project's tiny model and its tasks, shared by the embedded backend (``runners.local``), the rehearsal
-(``runners.verl_cpu.rehearsal``) and the capacity plan (the rehearsal's model shape).
+(``runners.verl_side.platform.rehearsal.swaps``) and the capacity plan (the rehearsal's model shape).
 
 * :mod:`~runners.tiny.model` -- the tiny Qwen3-architecture policy built from ``conf/model/`` (and its shape);
 * :mod:`~runners.tiny.tokenizer` -- the character tokenizer;

@@ -104,6 +104,17 @@ SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
               "head_dim", "tie_word_embeddings")
 
 
+def tiny_model_yaml(cfg: Any) -> Path | None:
+    """The yaml of the project's tiny model a config trains (``model.name`` names a file of ``conf/model/``: the
+    embedded backend's models, the one the rehearsal trains), or None for any other model, whose shape is in its
+    ``config.json``."""
+    from omegaconf import OmegaConf
+
+    name = OmegaConf.select(cfg, "model.name", default=None)
+    path = DEFAULT_MODEL_YAML.parent / f"{name}.yaml"
+    return path if name and path.is_file() else None
+
+
 def shape_config(model_yaml: Path = DEFAULT_MODEL_YAML) -> dict[str, Any]:
     """The tiny model's shape as config.json keys: the yaml's sizes and the character vocabulary's size."""
     from omegaconf import OmegaConf

@@ -19,7 +19,7 @@ attempts, the arm's registered loss metrics at every step, staleness tags within
 CPU rollout's sync log; the resumed attempt starts from the weights synced at its checkpoint's step),
 for the SC arms that the sampler's head really arrived (its mass below 1 and varying, the correction
 finite and, for SC, not constant), and no Ray process left behind. The SC arms run on the installed verl
-(0.9.1: the project's head transport, runners/verl_head). Every launch passes through verl 0.9.1's
+(0.9.1: the project's head transport, runners/verl_side/head). Every launch passes through verl 0.9.1's
 trainer init on the reference experiment's ``actor_rollout_ref.hybrid_engine=False`` path, which died
 with ``TypeError`` before the launcher set ``VERL_LOGGING_LEVEL`` (``revisions.LOGGER_FLUSH``).
 """
@@ -38,12 +38,12 @@ from pathlib import Path
 
 import pytest
 
-from runners import verl_cpu
-from runners.run import contract_check
-from runners.verl_backend import resume_point, run_files
-from runners.verl_backend.checkpoints import list_checkpoints
-from runners.verl_cpu import rehearsal as cpu_rehearsal
-from runners.verl_vllm_cpu.segments import live_pids, mapped_files
+from runners.run import contract_check, verl_files
+from runners.verl_side.backend import resume_point
+from runners.verl_side.checkpoints.store import list_checkpoints
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
+from runners.verl_side.platform.rehearsal.vllm_cpu.segments import live_pids, mapped_files
 
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
@@ -153,7 +153,7 @@ def extra_overrides() -> tuple[str, ...]:
 def _vllm_leftovers() -> set[str]:
     """What a vLLM engine or verl's weight sync can leave behind: shared-memory segments in /dev/shm (vLLM's
     ``psm_*``, the sync's ``verl_weights_*``) that no live process maps (an engine at work in another test
-    maps its own), and the rehearsal's folders of vLLM socket files (:func:`runners.verl_cpu.rehearsal.vllm_rpc_folder`)."""
+    maps its own), and the rehearsal's folders of vLLM socket files (:func:`runners.verl_side.platform.rehearsal.swaps.vllm_rpc_folder`)."""
     import glob
     import tempfile
 
@@ -177,7 +177,7 @@ def _syncs(run: Path, attempt: int) -> int:
 
 def _alive(proc: subprocess.Popen, log: Path, deadline: float, what: str, ckpt_dir: Path) -> None:
     """Fail (killing the sweep) where the sweep ended, stalled or finished PG before ``what``."""
-    if proc.poll() is not None or time.monotonic() > deadline or run_files.resume_step(ckpt_dir) == TOTAL_STEPS:
+    if proc.poll() is not None or time.monotonic() > deadline or verl_files.resume_step(ckpt_dir) == TOTAL_STEPS:
         proc.kill()
         proc.wait()
         pytest.fail(f"the sweep ended, stalled or finished PG before {what}:\n{log.read_text()[-6000:]}")
@@ -196,7 +196,7 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     log = root / "sweep.err"
     with log.open("w") as stderr:
         first = subprocess.Popen(command, cwd=root, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr)
-    ckpt_dir = run_files.checkpoints_dir(pg)
+    ckpt_dir = verl_files.checkpoints_dir(pg)
     deadline = time.monotonic() + 900
     while _syncs(pg, 1) < 1:  # PG's attempt is up: Ray, the workers and the rollout
         _alive(first, log, deadline, "PG's first weight sync", ckpt_dir)
@@ -206,7 +206,7 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     with out.open("w") as stdout, err.open("w") as stderr:
         second = subprocess.Popen(launch_command(results, (KILLED,), extra_overrides), cwd=root, env=ENV,
                                   stdout=stdout, stderr=stderr)
-    while second.poll() is None or (run_files.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
+    while second.poll() is None or (verl_files.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
         _alive(first, log, deadline, f"the second launch's answer and PG's checkpoint of step {KILL_AFTER_CHECKPOINT}",
                ckpt_dir)
         time.sleep(0.05)
@@ -304,7 +304,7 @@ def test_the_killed_run_resumes_from_its_newest_logged_checkpoint(rehearsal):
     killed, resumed = _record(rehearsal, KILLED)["run"]["attempts"]
     logged = killed["end_step"]
     assert resumed["start_step"] == max((c for c in rehearsal.checkpoints_at_kill if c <= logged), default=0)
-    aside = run_files.checkpoints_dir(run) / resume_point.SUPERSEDED
+    aside = verl_files.checkpoints_dir(run) / resume_point.SUPERSEDED
     moved = sorted(p.name for p in aside.iterdir()) if aside.exists() else []
     assert moved == sorted(f"global_step_{c}-before-attempt-002" for c in rehearsal.checkpoints_at_kill if c > logged)
 

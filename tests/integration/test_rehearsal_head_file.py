@@ -1,7 +1,7 @@
 """The SC head through vLLM's logits processor, end to end: one SC arm of the rehearsal (``sc_icepop``: score
 centering with verl's IcePop weight, a plug-in arm, so it runs through verl's trainer and vLLM's engine here) with
 ``backend.rollout_engine.head_transport=logits_processor`` (verl's trainer, verl's vLLM server classes,
-vLLM's CPU build running :class:`runners.verl_head.vllm_logits_head.HeadFileWriter`).
+vLLM's CPU build running :class:`runners.verl_side.head.vllm_logits_head.HeadFileWriter`).
 
 One launch of 4 steps (about 2 minutes). Asserted: it finishes and passes the run contract; vLLM was
 started with the project's logits processor; at step 1 (the trainer's weights, just synced) the head's
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from runners.run import contract_check
-from runners.verl_cpu import rehearsal as cpu_rehearsal
-from runners.verl_head import HEAD_PROCESSOR
+from runners.verl_side.head import HEAD_PROCESSOR
+from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-4  # tests/integration/test_rehearsal.py's SAME_WEIGHTS_TOLERANCE

@@ -37,11 +37,10 @@ from pathlib import Path
 
 import pytest
 
-from runners import verl_cpu
-from runners.run import contract_check
-from runners.verl_backend import run_files
-from runners.verl_backend.checkpoints import list_checkpoints
-from runners.verl_cpu import rehearsal as cpu_rehearsal
+from runners.run import contract_check, verl_files
+from runners.verl_side.checkpoints.store import list_checkpoints
+from runners.verl_side.platform import rehearsal as verl_cpu
+from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside this file (pytest runs in importlib mode)
 from test_rehearsal import (  # noqa: E402
@@ -119,9 +118,9 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
             log = root / "sweep.err"
             with log.open("w") as stderr:
                 first = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-            ckpt_dir, deadline = run_files.checkpoints_dir(pg), time.monotonic() + 1200
-            while _syncs(pg, 1) < 1 or (run_files.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
-                if first.poll() is not None or time.monotonic() > deadline or run_files.resume_step(ckpt_dir) == TOTAL_STEPS:
+            ckpt_dir, deadline = verl_files.checkpoints_dir(pg), time.monotonic() + 1200
+            while _syncs(pg, 1) < 1 or (verl_files.resume_step(ckpt_dir) or 0) < KILL_AFTER_CHECKPOINT:
+                if first.poll() is not None or time.monotonic() > deadline or verl_files.resume_step(ckpt_dir) == TOTAL_STEPS:
                     first.kill()
                     first.wait()
                     pytest.fail(f"the sweep ended, stalled or finished PG before the kill:\n{log.read_text()[-6000:]}")

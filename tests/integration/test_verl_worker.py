@@ -31,8 +31,8 @@ from verl.utils.py_functional import rename_dict
 
 from ablations.arms import ArmSpec, all_arms
 from runners.run import contract_check
-from runners.verl_backend import ingest
-from runners.verl_revisions import installed, project_slots
+from runners.verl_side.backend import ingest
+from runners.verl_side.revisions import installed, project_slots
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -89,13 +89,13 @@ def test_worker_resolves_the_arms_loss(arm, reports):
     r = reports[arm]
     assert r["task_runner"] == "TaskRunnerV1"  # verl's main took the V1 path after validate_config
     assert r["policy_loss"] == POLICY_LOSSES[arm]
-    if arm in SC_ARMS and r["transport"] == installed.VERL_TRANSPORT.name:  # 8718ca30: its dispatcher, the project's correction
+    if arm in SC_ARMS and r["transport"] == installed.VERL_CARRIES.name:  # 8718ca30: its dispatcher, the project's correction
         assert r["loss_fn"] == "score_centering_ppo_loss"
-        assert r["logits_processor"] == "runners.verl_backend.sc_seam.project_logits_processor"
+        assert r["logits_processor"] == "runners.verl_side.backend.sc_seam.project_logits_processor"
         assert r["project_centering_calls"] >= 2  # once per micro-batch
     elif arm in SC_ARMS:  # 0.9.1: verl's loss, the project's engine with the project's correction in its slot
         assert r["loss_fn"] == "ppo_loss"
-        assert r["engine"] == "runners.verl_head.engine.HeadEngine"
+        assert r["engine"] == "runners.verl_side.head.engine.HeadEngine"
         assert r["project_centering_calls"] >= 2  # once per micro-batch
     else:
         assert r["loss_fn"] == "ppo_loss"
@@ -137,10 +137,10 @@ def test_sc_arms_stop_before_compute_where_the_transport_lacks_a_slot(arm, tmp_p
     on 8718ca30 a seam name of verl's own): the SC arm is refused before anything starts, naming it."""
     from hydra import compose, initialize_config_dir
 
-    from runners import verl_backend
-    from runners.verl_backend import overrides as ovr
+    from runners.verl_side import backend as verl_backend
+    from runners.verl_side.backend import overrides as ovr
 
-    if installed.transport() is installed.PROJECT_TRANSPORT:
+    if installed.head_carrier() is installed.PROJECT_CARRIES:
         slot = next(s for s in installed.PROJECT_SLOTS if s.where.endswith("agent_loop_manager_class"))
         monkeypatch.setattr(installed, "PROJECT_SLOTS", tuple(
             project_slots.Slot(s.where, s.what, (lambda: False) if s is slot else s.holds) for s in installed.PROJECT_SLOTS))

@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from runners.verl_backend.slurm_ray import free_ports, node_port_args, ray_start, stop_node
+from runners.verl_side.cluster.slurm_ray import free_ports, node_port_args, ray_start, stop_node
 
 LOOPBACK = "127.0.0.1"
 

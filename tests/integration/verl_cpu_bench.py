@@ -3,7 +3,7 @@
 ``python tests/integration/verl_cpu_bench.py <arm> <report.json>`` does, in a fresh process, what
 the V1 ``separate_async`` trainer does for one ``update_actor`` call, through verl's code:
 
-1. composes the arm's config with the project's launcher code (``runners.verl_backend.launch.build_spec``:
+1. composes the arm's config with the project's launcher code (``runners.verl_side.backend.launch.build_spec``:
    the same override list the dry run writes) for ``+experiment=qwen3_4b_sc_repro method=<arm>``, with
    :data:`CPU_OVERRIDES` appended (a tiny local model instead of Qwen3-4B, and what a CPU needs);
 2. runs ``verl.trainer.main_ppo.main`` (verl's Hydra main: ``auto_set_device``, ``validate_config``)
@@ -18,7 +18,7 @@ the V1 ``separate_async`` trainer does for one ``update_actor`` call, through ve
 
 The CPU shims (nothing patched inside verl):
 
-* the project's CPU platform (:mod:`runners.verl_cpu`, the same as the rehearsal's), registered
+* the project's CPU platform (:mod:`runners.verl_side.platform.rehearsal`, the same as the rehearsal's), registered
   through verl's own ``PlatformRegistry`` by the ``verl.plugins`` entry point and selected with
   ``VERL_PLATFORM=cpu``: device ``cpu``, communication backend ``gloo``, memory queries 0;
   ``VERL_ENGINE_DEVICE=cuda``: verl registers its FSDP engine for cuda/npu device names only;
@@ -33,7 +33,7 @@ Sampler: the model's logits plus fixed Gaussian noise per position (:data:`SAMPL
 ``p(a)/q(a)`` spreads well past the TIS cap and the top-k head misses real mass. For SC arms the
 sampler's top-k ids and log-probs are laid over each sequence as the arm's head transport delivers
 them (response token r at row ``prompt_length - 1 + r``): on verl 0.9.1 the project's
-(``runners.verl_head.head_layout.sequence_head``, read by the head engine verl's registry gives for
+(``runners.verl_side.head.head_layout.sequence_head``, read by the head engine verl's registry gives for
 ``VERL_ENGINE_VENDOR``), on verl 8718ca30 verl's own (``score_centering.pad_rollout_topk``).
 """
 
@@ -67,9 +67,9 @@ CPU_PROJECT_OVERRIDES = ("backend.actor.dtype=float32", "backend.actor.use_torch
 
 
 def _environment() -> None:
-    """The CPU platform (``runners.verl_cpu``, registered by its ``verl.plugins`` entry point at
+    """The CPU platform (``runners.verl_side.platform.rehearsal``, registered by its ``verl.plugins`` entry point at
     ``import verl``) and a world of one process."""
-    from runners import verl_cpu
+    from runners.verl_side.platform import rehearsal as verl_cpu
 
     for key, value in verl_cpu.ENVIRONMENT.items():
         os.environ.setdefault(key, value)
@@ -106,7 +106,8 @@ def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], obj
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from runners.verl_backend import launch
+    from runners.verl_side.backend import launch
+    from runners.verl_side.backend.verl_run import VerlRun
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
@@ -114,7 +115,7 @@ def verl_overrides(arm: str, tmp: Path, model_dir: Path) -> tuple[list[str], obj
             f"results_root={tmp / 'results'}", f"data.dir={tmp / 'data'}", *CPU_PROJECT_OVERRIDES,
         ])
     OmegaConf.resolve(cfg)
-    spec = launch.build_spec(cfg, Path(cfg.results_root) / cfg.sweep / cfg.run_name)
+    spec = launch.build_spec(VerlRun.of(cfg), Path(cfg.results_root) / cfg.sweep / cfg.run_name)
     return [*spec.overrides, f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES], cfg, spec.env
 
 
@@ -122,8 +123,8 @@ def driver_config(overrides: list[str]):
     """verl's Hydra main (device, ``validate_config``) up to ``run_ppo``; returns the config it got."""
     from verl.trainer import main_ppo
 
-    from runners.verl_backend import dry_run
-    from runners.verl_backend.dry_run import compose_verl
+    from runners.verl_side.backend import dry_run
+    from runners.verl_side.backend.dry_run import compose_verl
 
     native, _ = dry_run.split(overrides)  # keys only newer verl has are composed only where they exist
     composed = compose_verl(native)
@@ -190,8 +191,8 @@ def mini_batch(model, cfg, project_cfg):
                     head.indices, head.values, p_len
                 )
             elif score_centering:
-                from runners.verl_head import SEQUENCE_IDS, SEQUENCE_LOG_PROBS
-                from runners.verl_head.head_layout import sequence_head
+                from runners.verl_side.head import SEQUENCE_IDS, SEQUENCE_LOG_PROBS
+                from runners.verl_side.head.head_layout import sequence_head
 
                 sample[SEQUENCE_IDS], sample[SEQUENCE_LOG_PROBS] = sequence_head(
                     head.indices.numpy(), head.values.numpy(), p_len, r_len)
@@ -302,19 +303,19 @@ def _plain(value):
 
 
 def verls_own_transport() -> bool:
-    from runners.verl_revisions import installed
+    from runners.verl_side.revisions import installed
 
-    return installed.transport() is installed.VERL_TRANSPORT
+    return installed.head_carrier() is installed.VERL_CARRIES
 
 
 def install_transport(env: dict[str, str]) -> None:
     """What ``VERL_USE_EXTERNAL_MODULES`` and the launcher's environment do in every verl process of an SC arm."""
     if verls_own_transport():
-        from runners.verl_backend import sc_seam
+        from runners.verl_side.backend import sc_seam
 
         sc_seam.install()
         return
-    import runners.verl_head.plugin  # noqa: F401 - registers the head engine
+    import runners.verl_side.head.plugin  # noqa: F401 - registers the head engine
 
     os.environ["VERL_ENGINE_VENDOR"] = env["VERL_ENGINE_VENDOR"]
 
@@ -325,7 +326,7 @@ def run(arm: str, report_path: Path) -> dict:
     import torch
     import verl  # noqa: F401 - the project's plug-in registers the arms (entry point)
 
-    from runners.verl_revisions import installed, newer_keys
+    from runners.verl_side.revisions import installed, newer_keys
 
     report: dict = {"arm": arm, "verl_version": verl.__version__, "sc_support": installed.supported()}
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -334,7 +335,7 @@ def run(arm: str, report_path: Path) -> dict:
         overrides, project_cfg, env = verl_overrides(arm, tmp, tmp / "model")
         if project_cfg.method.score_centering:
             install_transport(env)
-        report["transport"] = installed.transport().name
+        report["transport"] = installed.head_carrier().name
         cfg, runner = driver_config(overrides)
         report["task_runner"] = runner
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)
