@@ -15,8 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from runners.config import CONF_DIR
-from runners.run.run_folder import write_config
-from runners.validate import check_existing_config
+from runners.run.run_folder import plan, write_config
 from runners.verl_side.backend import launch
 from runners.verl_side.backend.verl_run import VerlRun
 
@@ -90,7 +89,7 @@ def test_an_old_run_folder_resumes_and_its_next_attempt_names_the_new_paths(tmp_
     assert "runners.verl_head.plugin" in stored and "runners.verl_head.agent_loop.HeadAgentLoopManager" in stored
     assert ("runners.verl_cpu.plugin" in stored) == (experiment == "rehearsal")
 
-    assert check_existing_config(run_dir, OmegaConf.to_yaml(cfg, resolve=True)) == "resume"
+    assert plan(run_dir, OmegaConf.to_yaml(cfg, resolve=True)) == "resume"
     spec = launch.build_spec(VerlRun.of(cfg), run_dir)
     assert spec.paths.attempt == 2
     modules = spec.env["VERL_USE_EXTERNAL_MODULES"].split(",")
