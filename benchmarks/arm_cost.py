@@ -8,7 +8,7 @@ k = 8, staleness 4, bf16 sampler), one warm-started base model (results/.cache),
   interleaved round-robin (order rotated every round), so a load change on the machine hits
   every arm alike. Reported: median seconds and the median over rounds of the per-round ratio
   arm / PG.
-* **full step** — ``LocalRun.train_step`` (sampling with the arm's own sampler, buffer, update,
+* **full step** — ``EmbeddedRun.train_step`` (sampling with the arm's own sampler, buffer, update,
   weight sync), interleaved the same way; the arms' runs diverge, so this includes their different
   response lengths.
 * **sampler head** — ``Sampler.generate`` with and without the top-k head (``return_head``),
@@ -54,11 +54,11 @@ def compose_cfg(method: str, results_root: Path, threads: int, overrides: list[s
 
 
 def build_run(method: str, tmp: Path, threads: int, overrides: list[str]):
-    from runners.local.backend import LocalRun
+    from runners.embedded.backend import EmbeddedRun
     from runners.run.provenance import config_sha256
 
     cfg = compose_cfg(method, tmp, threads, overrides)
-    run = LocalRun(cfg, tmp / method, config_sha256(method))
+    run = EmbeddedRun(cfg, tmp / method, config_sha256(method))
     run.restore()  # fresh start: the sampler is synced to version 0
     return run
 
@@ -80,7 +80,7 @@ def time_trainer(runs: dict, rounds: int, warmup: int) -> dict:
     """Interleaved ``PolicyTrainer.step`` on identical batches, state reset before each step."""
     import copy
 
-    from runners.local.trainer import make_batch
+    from runners.embedded.trainer import make_batch
 
     source = runs["pg"]
     batches = []

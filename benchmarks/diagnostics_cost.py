@@ -4,7 +4,7 @@ Two runs of one arm, diagnostics on and off, identical otherwise (same base mode
 The same batches (sampled once, by the "on" run) go through ``PolicyTrainer.step`` of both,
 interleaved (order alternating each round), each trainer reset to the same state before every
 timed step. Reported: median trainer-step seconds of each, the median per-round ratio on / off,
-and that ratio as a share of a whole training step (``LocalRun.train_step``, sampling included).
+and that ratio as a share of a whole training step (``EmbeddedRun.train_step``, sampling included).
 
     python benchmarks/diagnostics_cost.py                                  # the embedded default, SC arm
     python benchmarks/diagnostics_cost.py -o +experiment=scratchpad --method pg --threads 1
@@ -36,15 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--override", action="append", default=[])
     args = parser.parse_args(argv)
 
-    from runners.local.backend import LocalRun
-    from runners.local.trainer import make_batch
+    from runners.embedded.backend import EmbeddedRun
+    from runners.embedded.trainer import make_batch
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = {}
         for flag in ("true", "false"):
             cfg = compose_cfg(args.method, Path(tmp) / flag, args.threads,
                               [*args.override, f"backend.gradient_diagnostics={flag}"])
-            runs[flag] = LocalRun(cfg, Path(tmp) / flag / "run", "bench")
+            runs[flag] = EmbeddedRun(cfg, Path(tmp) / flag / "run", "bench")
             runs[flag].restore()
         source = runs["true"]
         batches, full = [], []

@@ -80,7 +80,7 @@ def make_sampler(model, tokenizer, cfg, level: str | None):
     """A sampler holding ``model``'s weights: exact (level None) or with the level's mismatch."""
     from omegaconf import OmegaConf
 
-    from runners.local.sampler import Sampler, quantise_kv_cache
+    from runners.embedded.sampler import Sampler, quantise_kv_cache
 
     sampler_cfg = OmegaConf.merge(cfg.backend.sampler, {
         "weight_dtype": "float32", "int8_weights": False, "weight_noise": 0.0,
@@ -102,7 +102,7 @@ def batch_gradients(model, trainer_cfgs, batch, pad_id, temperature, arms
     import torch
 
     from ablations.score_centering import centering_term, head_log_probs
-    from runners.local.trainer import response_logits
+    from runners.embedded.trainer import response_logits
 
     rollout = batch.rollout
     params = [p for p in model.parameters() if p.requires_grad]
@@ -140,8 +140,8 @@ def sample_batches(sampler, task, tokenizer, cfg, prompts_per_batch: int, batche
     """
     import torch
 
-    from runners.local.replay_buffer import Group
-    from runners.local.trainer import make_batch
+    from runners.embedded.replay_buffer import Group
+    from runners.embedded.trainer import make_batch
     from runners.tiny.arithmetic_task import prompt_token_ids
 
     data_gen = torch.Generator().manual_seed(seed)
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     from ablations.arms import ArmSpec
-    from runners.local.base_checkpoint import load_base_model_for
-    from runners.local.trainer import actor_config
+    from runners.embedded.base_checkpoint import load_base_model_for
+    from runners.embedded.trainer import actor_config
     from runners.tiny.task_by_name import build_task
 
     torch.set_num_threads(args.threads)

@@ -87,9 +87,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if False:\n        names += SC_TRAIN_METRICS",
              ("tests/test_contract.py::test_required_metrics_per_arm",)),
     # -- resume
-    Mutation("resume_from_oldest", "a resume loads the oldest kept checkpoint", "runners/local/checkpoint.py",
+    Mutation("resume_from_oldest", "a resume loads the oldest kept checkpoint", "runners/embedded/checkpoint.py",
              "step, path = found[-1]", "step, path = found[0]",
-             ("tests/test_local_backend.py", "-k", "checkpoint")),
+             ("tests/test_embedded_backend.py", "-k", "checkpoint")),
     Mutation("extend_allows_shortening", "a run folder may be relaunched with fewer total steps",
              "runners/run/run_folder.py", "and after > before:", "and after != before:",
              ("tests/test_run_folder_safety.py::test_extending_a_run_equals_the_longer_run_bit_for_bit",)),

@@ -10,7 +10,8 @@ version, library versions and when they ended).
 
 It refuses a folder that is not the main job's results (``python runners/launch.py -m
 method=pg,tis,sc,sc_tis seed=42``): exactly the four runs ``pg``, ``tis``, ``sc``, ``sc_tis`` at seed 42,
-finished, written by the embedded backend (``run.backend == "local"`` in ``metrics.json``).
+finished, written by the embedded backend (``run.backend`` in ``metrics.json``: ``embedded``, or ``local``, its
+name in records written before it was called embedded).
 ``--any-sweep --out FILE`` makes the same figure from any sweep (a synthetic one, to check this script)
 and leaves the README and the committed figure alone.
 """
@@ -47,6 +48,10 @@ def read_records(results: Path) -> dict[str, dict]:
     return records
 
 
+#: ``run.backend`` of an embedded run: today's name and the old one (runners.config.config_history.RENAMED_VALUES).
+EMBEDDED_NAMES = ("embedded", "local")
+
+
 def main_job_problems(records: dict[str, dict]) -> list[str]:
     """Why these records are not the main job's finished results (empty when they are)."""
     problems = []
@@ -56,8 +61,8 @@ def main_job_problems(records: dict[str, dict]) -> list[str]:
         if "unreadable" in run:
             problems.append(f"{name}: metrics.json unreadable ({run['unreadable']})")
             continue
-        if run.get("backend") != "local":
-            problems.append(f"{name}: backend {run.get('backend')!r}, not the embedded backend ('local')")
+        if run.get("backend") not in EMBEDDED_NAMES:
+            problems.append(f"{name}: backend {run.get('backend')!r}, not the embedded backend ('embedded')")
         if run.get("status") != "finished":
             problems.append(f"{name}: status {run.get('status')!r}, not 'finished'")
     return problems

@@ -207,14 +207,14 @@ def check_parallel_jobs(argv: list[str], configs: list[DictConfig]) -> None:
     """``hydra/launcher=parallel``: ``n_jobs x backend.threads`` within the cores, for every job of the embedded
     backend, checked here before any job starts (each job checks again; a refusal inside a job is Hydra's
     "Error executing job" and a traceback)."""
-    from runners.local.parallel import check_parallel_threads, joblib_n_jobs
+    from runners.embedded.parallel import check_parallel_threads, joblib_n_jobs
 
     launcher = hydra_launcher(argv)
     n_jobs = None if launcher is None else joblib_n_jobs(launcher)
     if n_jobs is None:
         return
     for cfg in configs:
-        if cfg.backend.name == "local":
+        if cfg.backend.name == "embedded":
             check_parallel_threads(cfg, n_jobs=n_jobs)
 
 

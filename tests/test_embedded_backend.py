@@ -17,10 +17,10 @@ from omegaconf import OmegaConf
 
 from runners import validate as runners_validate
 from runners.config import config_checks
-from runners.local.backend import SEED_FIXES, LocalRun
-from runners.local.replay_buffer import Group, ReplayBuffer
-from runners.local.sampler import Sampler
-from runners.local.trainer import response_logits
+from runners.embedded.backend import SEED_FIXES, EmbeddedRun
+from runners.embedded.replay_buffer import Group, ReplayBuffer
+from runners.embedded.sampler import Sampler
+from runners.embedded.trainer import response_logits
 from runners.run.contract_check import check_run_dir
 from runners.run.provenance import config_sha256
 
@@ -127,7 +127,7 @@ def test_replay_buffer_is_fifo_and_evicts_by_staleness():
 
 
 def test_checkpoints_keep_the_newest_and_a_resume_loads_the_newest(tmp_path):
-    from runners.local.checkpoint import checkpoint_dir, list_checkpoints, load_latest, save_checkpoint
+    from runners.embedded.checkpoint import checkpoint_dir, list_checkpoints, load_latest, save_checkpoint
 
     assert load_latest(tmp_path) is None
     for step in (3, 6, 9, 12):
@@ -196,7 +196,7 @@ def test_same_seed_gives_identical_train_metrics(tmp_path, cache_dir):
         cfg = composed([*small(tmp_path, cache_dir, steps=3), "method=sc_tis", f"sweep={sweep}"])
         run_dir = runners_validate.run_dir_of(cfg)
         run_dir.mkdir(parents=True)
-        LocalRun(cfg, run_dir, config_sha256("x")).run()
+        EmbeddedRun(cfg, run_dir, config_sha256("x")).run()
         rows.append(read_train(run_dir))
         seed_fixes = json.loads((run_dir / "metrics.json").read_text())["run"]["seed_fixes"]
         assert seed_fixes == SEED_FIXES  # what the seed fixes, recorded (checked: tests/test_contract.py)
@@ -204,7 +204,7 @@ def test_same_seed_gives_identical_train_metrics(tmp_path, cache_dir):
     other = composed([*small(tmp_path, cache_dir, steps=3), "method=sc_tis", "sweep=c", "seed=7"])
     run_dir = runners_validate.run_dir_of(other)
     run_dir.mkdir(parents=True)
-    LocalRun(other, run_dir, config_sha256("x")).run()
+    EmbeddedRun(other, run_dir, config_sha256("x")).run()
     assert read_train(run_dir) != rows[0]
 
 
@@ -240,7 +240,7 @@ def test_sigkill_and_resume_continues_exactly(tmp_path, cache_dir):
                           "sweep=uninterrupted"])
     ref_dir = runners_validate.run_dir_of(reference)
     ref_dir.mkdir(parents=True)
-    LocalRun(reference, ref_dir, config_sha256("x")).run()
+    EmbeddedRun(reference, ref_dir, config_sha256("x")).run()
     assert read_train(run_dir) == read_train(ref_dir)
     ref_val = json.loads((ref_dir / "metrics.json").read_text())["val"]
     assert record["val"] == ref_val

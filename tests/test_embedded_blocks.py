@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
-from runners.local import warmstart as ws
-from runners.local.generate import left_pad, position_ids_from_mask, sample
+from runners.embedded import warmstart as ws
+from runners.embedded.generate import left_pad, position_ids_from_mask, sample
 from runners.tiny.arithmetic_task import (
     TRAIN_DATA_SOURCE,
     ArithmeticTask,

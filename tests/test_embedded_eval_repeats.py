@@ -14,8 +14,8 @@ from analysis.synthetic import write_run
 from analysis.tables import retest_table
 from runners import validate
 from runners.config import config_checks
-from runners.local.evaluate import evaluate, val_file
-from runners.local.sampler import Sampler
+from runners.embedded.evaluate import evaluate, val_file
+from runners.embedded.sampler import Sampler
 from runners.run.contract_check import check_run_dir
 from runners.tiny.arithmetic_task import ArithmeticTask
 from runners.tiny.model import build_model

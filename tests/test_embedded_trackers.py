@@ -51,7 +51,7 @@ def test_tensorboard_event_file_holds_the_records_rows(tmp_path):
 def test_default_runs_open_no_tracker(tmp_path):
     from omegaconf import OmegaConf
 
-    from runners.local.trackers import RunTracker
+    from runners.embedded.trackers import RunTracker
 
     cfg = OmegaConf.create({"backend": {"logger": [], "project_name": "p"}, "run_name": "r"})
     tracker = RunTracker(cfg, tmp_path)

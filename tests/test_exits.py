@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from runners import launch, validate
 from runners.config import config_checks
 from runners.config.config_error import ConfigError
-from runners.local.backend import LocalRun
+from runners.embedded.backend import EmbeddedRun
 from runners.run.provenance import config_sha256
 from runners.run.run_error import RunError
 from runners.verl_backend.dry_run import failure_line
@@ -75,7 +75,7 @@ def test_ctrl_c_is_recorded_as_stopped_by_the_user(tmp_path, monkeypatch):
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = validate.run_dir_of(cfg)
     run_dir.mkdir(parents=True)
-    run = LocalRun(cfg, run_dir, config_sha256("x"))
+    run = EmbeddedRun(cfg, run_dir, config_sha256("x"))
     original = run.train_step
 
     def train_step():

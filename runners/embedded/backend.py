@@ -1,4 +1,4 @@
-"""The local (embedded) backend: a miniature of verl's separate-async trainer on one CPU process.
+"""The embedded backend: a miniature of verl's separate-async trainer on one CPU process.
 
 Each step:
 
@@ -33,14 +33,14 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from runners.config.config_error import ConfigError
-from runners.local.checkpoint import load_latest, save_checkpoint, supersede_after
-from runners.local.evaluate import eval_sampler_config, evaluate, val_file
-from runners.local.parallel import check_parallel_threads, threads_warning
-from runners.local.replay_buffer import Group, ReplayBuffer
-from runners.local.sampler import Sampler
-from runners.local.schedule import staleness_histogram, throughput_factor
-from runners.local.trackers import RunTracker
-from runners.local.trainer import PolicyTrainer, make_batch
+from runners.embedded.checkpoint import load_latest, save_checkpoint, supersede_after
+from runners.embedded.evaluate import eval_sampler_config, evaluate, val_file
+from runners.embedded.parallel import check_parallel_threads, threads_warning
+from runners.embedded.replay_buffer import Group, ReplayBuffer
+from runners.embedded.sampler import Sampler
+from runners.embedded.schedule import staleness_histogram, throughput_factor
+from runners.embedded.trackers import RunTracker
+from runners.embedded.trainer import PolicyTrainer, make_batch
 from runners.run.provenance import config_sha256, versions
 from runners.run.run_contract import seed_fixes_record
 from runners.run.run_folder import write_config
@@ -50,7 +50,7 @@ from runners.tiny.task_by_name import build_task
 
 log = logging.getLogger(__name__)
 
-#: ``run.seed_fixes`` of every embedded run: the streams :class:`LocalRun` seeds from ``seed``. Runs of
+#: ``run.seed_fixes`` of every embedded run: the streams :class:`EmbeddedRun` seeds from ``seed``. Runs of
 #: different arms with one seed draw the same prompts, sampler and schedule random numbers and evaluate
 #: with the same draws; they differ once the arms' updates change a sampled token.
 SEED_FIXES = seed_fixes_record(
@@ -102,11 +102,11 @@ def validate(cfg: DictConfig) -> None:
         )
 
 
-class LocalRun:
+class EmbeddedRun:
     """The state of one embedded run, and its step loop."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, config_sha256: str):
-        from runners.local.base_checkpoint import load_base_model_for
+        from runners.embedded.base_checkpoint import load_base_model_for
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
         torch.set_num_threads(cfg.backend.threads)
@@ -129,7 +129,7 @@ class LocalRun:
         self.step = 0
         self.tracker: RunTracker | None = None  # opened by run()
         self.record = RunRecord.open(
-            self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="local",
+            self.run_dir, name=cfg.run_name, method=cfg.method.name, seed=cfg.seed, backend="embedded",
             total_steps=cfg.trainer.total_steps, config_sha256=config_sha256, versions=versions(),
             seed_fixes=SEED_FIXES,
         )
@@ -314,4 +314,4 @@ def run(cfg: DictConfig, run_dir: Path, config_sha256: str) -> None:
     warning = threads_warning(cfg)
     if warning is not None:
         log.warning(warning)
-    LocalRun(cfg, run_dir, config_sha256).run()
+    EmbeddedRun(cfg, run_dir, config_sha256).run()

@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
-from runners.local.warmstart import cache_key, load_base_model, warm_start
+from runners.embedded.warmstart import cache_key, load_base_model, warm_start
 from runners.tiny.base_model import ASSET_DIR, load_shipped, read_manifest, shipped_dir_for
 from runners.tiny.tokenizer import build_tokenizer
 

@@ -8,6 +8,9 @@ resumed run continues exactly as the uninterrupted one would. Files are written 
 The record is saved before each checkpoint, so a checkpoint's step is always in the record. A checkpoint past the
 record's last step (``metrics.json`` moved aside or lost) is not continued from (the steps before it are in no
 record): :func:`supersede_after` moves it to ``checkpoints/superseded/`` (nothing is deleted).
+
+A checkpoint is read through :mod:`runners.embedded.moved_modules`, so one written while the backend's package had
+an older name (``runners.local``) still loads.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import torch
 
+from runners.embedded import moved_modules
 from runners.run.run_record import atomic_write
 
 SUPERSEDED_DIR = "superseded"
@@ -64,7 +68,7 @@ def load_latest(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
     if not found:
         return None
     step, path = found[-1]
-    return step, torch.load(path, weights_only=False)
+    return step, torch.load(path, weights_only=False, pickle_module=moved_modules)
 
 
 def supersede_after(run_dir: Path, step: int) -> list[Path]:

@@ -4,7 +4,7 @@
 ``eval.temperature``:
 
 * ``clean`` (the default): every numerics knob of ``backend.sampler`` at its identity value
-  (:func:`runners.local.sampler.clean_sampler_config`: fp32 weights and forward, no quantisation, no
+  (:func:`runners.embedded.sampler.clean_sampler_config`: fp32 weights and forward, no quantisation, no
   noise), i.e. the trainer's own policy. What a run is scored on is then what it learned, whatever
   its scenario, and runs of different scenarios (the on-policy control included) are scored alike,
   as the score-centering paper evaluates (a clean sampler, no quantisation);
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from runners.local.sampler import Sampler, clean_sampler_config
+from runners.embedded.sampler import Sampler, clean_sampler_config
 from runners.run.run_contract import sample_line, val_metrics, val_path
 from runners.run.run_record import atomic_write_text
 from runners.tiny.arithmetic_task import SeededTask, prompt_token_ids

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from runners.local.sampler import Rollout
+from runners.embedded.sampler import Rollout
 from runners.tiny.arithmetic_task import Problem
 
 

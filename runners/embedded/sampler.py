@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from runners.local.generate import decode
+from runners.embedded.generate import decode
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "float8_e4m3fn": torch.float8_e4m3fn}
@@ -136,7 +136,7 @@ def clean_sampler_config(sampler_cfg: DictConfig) -> DictConfig:
     """
     unknown = sorted(set(sampler_cfg) - set(CLEAN_NUMERICS) - SCHEDULE_KEYS)
     if unknown:
-        raise ValueError(f"backend.sampler.{unknown[0]}: no identity value in runners/local/sampler.py "
+        raise ValueError(f"backend.sampler.{unknown[0]}: no identity value in runners/embedded/sampler.py "
                          "CLEAN_NUMERICS, so a clean sampler cannot be built")
     return OmegaConf.merge(sampler_cfg, CLEAN_NUMERICS)
 

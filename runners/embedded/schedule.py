@@ -14,7 +14,7 @@ groups (:func:`throughput_factor`), where ``X`` is lognormal with mean 1 and coe
 variation ``backend.sampler.speed_jitter`` (in [0, 10], checked by ``runners.config.schema``), drawn from
 its own seeded stream (the run's other random streams are untouched, and a resumed run replays it
 from the checkpoint). The production
-gate and the wait are the backend's (``LocalRun.next_batch``): the sampler stops when the buffer
+gate and the wait are the backend's (``EmbeddedRun.next_batch``): the sampler stops when the buffer
 holds ``run_ahead_batches + 1`` batches (the threshold), and the trainer waits, while the sampler
 tops the buffer up with the current weights, when fewer than a batch remain (staleness 0). With
 ``speed`` near 1 the buffer's fill does a bounded random walk between the two, so the staleness of

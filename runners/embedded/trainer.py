@@ -18,10 +18,10 @@ from omegaconf import DictConfig
 
 from ablations.arms import ArmSpec
 from ablations.score_centering import centering_term, head_log_probs, head_log_probs_with_tail
-from runners.local.diagnostics import CenteringGradient, shared_context
-from runners.local.generate import left_pad, position_ids_from_mask
-from runners.local.replay_buffer import Group
-from runners.local.sampler import Rollout, collate
+from runners.embedded.diagnostics import CenteringGradient, shared_context
+from runners.embedded.generate import left_pad, position_ids_from_mask
+from runners.embedded.replay_buffer import Group
+from runners.embedded.sampler import Rollout, collate
 
 
 def actor_config(method_cfg: DictConfig):

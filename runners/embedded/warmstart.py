@@ -12,7 +12,7 @@ positions as the sampler in `generate.py` (for the default task all prompts have
 so batches carry no padding at all).
 
 The default config's base model is not taken from this cache: it is shipped in the package
-(`base_model.py`; the warm start is not reproducible across CPUs). `python -m runners.local.warmstart
+(`base_model.py`; the warm start is not reproducible across CPUs). `python -m runners.embedded.warmstart
 --ship` regenerates the shipped file; without `--ship` it builds (or reuses) the cached entry.
 Either prints the accuracy at temperature 1 on the held-out sets. The default recipe (366 steps,
 constant lr 3e-3) stops on the steep part of the learning curve, where the result depends on the
@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
-from runners.local.generate import left_pad, position_ids_from_mask, sample
+from runners.embedded.generate import left_pad, position_ids_from_mask, sample
 from runners.tiny.arithmetic_task import Problem, SeededTask, prompt_token_ids, response_text
 from runners.tiny.model import build_model
 from runners.tiny.task_by_name import build_task

@@ -13,5 +13,5 @@ def build_task(data_cfg: DictConfig) -> SeededTask:
     tasks = {"synthetic_arith": ArithmeticTask, "sum_scratchpad": ScratchpadSumTask}
     name = data_cfg.get("name", "synthetic_arith")
     if name not in tasks:
-        raise ValueError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
+        raise ValueError(f"data.name={name!r}; the embedded backend's tasks are: {', '.join(tasks)}")
     return tasks[name](data_cfg)
