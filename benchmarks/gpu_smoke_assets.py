@@ -6,7 +6,7 @@
   Qwen3's chat template without thinking tags) and a 2-layer Qwen3 built from a config, saved in the
   Hugging Face layout vLLM and verl load;
 * ``<out>/data``: the reference experiment's parquet layout, made by the project's own data
-  preparation (``python -m ablations.data all``) from ``tests/fixtures/data`` (3 problems per set).
+  preparation (``python -m math_data all``) from ``tests/fixtures/data`` (3 problems per set).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main(out_dir: str) -> int:
     out = Path(out_dir).resolve()
     tok = build_tokenizer(out / "model")
     build_model(out / "model", tok)
-    from ablations.data.__main__ import main as data_main
+    from math_data.__main__ import main as data_main
 
     return data_main([
         "all", "--out-dir", str(out / "data"), "--tokenizer", str(out / "model"), "--expected-count", "3",

@@ -1,7 +1,7 @@
 """Data preparation: DAPO-Math-17k (train) and AIME 2024/2025 (eval) as verl parquet, plus an
 overlap report between them.
 
-CLI: ``python -m ablations.data --help`` (see :mod:`ablations.data.__main__`).
+CLI: ``python -m math_data --help`` (see :mod:`math_data.__main__`).
 
 verl row layout written here (one parquet row per prompt)::
 
@@ -27,9 +27,9 @@ Malformed input, decided per case:
   set whose size differs from the expected count, raises: a test set is never silently shrunk.
 """
 
-from ablations.data.aime import prepare_eval
-from ablations.data.dapo import prepare_train
-from ablations.data.overlap import overlap_report
-from ablations.data.sources import DataPrepError, load_rows, write_parquet
+from math_data.aime import prepare_eval
+from math_data.dapo import prepare_train
+from math_data.overlap import overlap_report
+from math_data.sources import DataPrepError, load_rows, write_parquet
 
 __all__ = ["DataPrepError", "load_rows", "overlap_report", "prepare_eval", "prepare_train", "write_parquet"]

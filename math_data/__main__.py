@@ -1,13 +1,13 @@
-"""``python -m ablations.data``: build the verl parquet files and the overlap report.
+"""``python -m math_data``: build the verl parquet files and the overlap report.
 
 Examples (the defaults are the reference experiment's sources)::
 
-    python -m ablations.data all --out-dir data/ --tokenizer Qwen/Qwen3-4B --expect-rows 17398 --expect-kept 17390
+    python -m math_data all --out-dir data/ --tokenizer Qwen/Qwen3-4B --expect-rows 17398 --expect-kept 17390
         # -> data/dapo_math_17k/train.parquet, data/aime2024/test.parquet, data/aime2025/test.parquet,
         #    data/overlap.json, data/prep_report.json (+ a <file>.report.json beside each parquet)
-    python -m ablations.data train --out data/dapo_math_17k/train.parquet --tokenizer Qwen/Qwen3-4B
-    python -m ablations.data eval --name aime2024 --out data/aime2024/test.parquet --tokenizer Qwen/Qwen3-4B
-    python -m ablations.data overlap --train data/dapo_math_17k/train.parquet \\
+    python -m math_data train --out data/dapo_math_17k/train.parquet --tokenizer Qwen/Qwen3-4B
+    python -m math_data eval --name aime2024 --out data/aime2024/test.parquet --tokenizer Qwen/Qwen3-4B
+    python -m math_data overlap --train data/dapo_math_17k/train.parquet \\
         --eval data/aime2024/test.parquet data/aime2025/test.parquet --out data/overlap.json
 
 Any ``--source``/``--train-source``/``--<set>-source`` may be a local file or folder of the same
@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ablations.data.aime import EVAL_SETS, prepare_eval
-from ablations.data.dapo import prepare_train
-from ablations.data.overlap import DEFAULT_NGRAM, overlap_report
-from ablations.data.prompting import load_tokenizer
-from ablations.data.sources import DataPrepError, describe_source, load_rows, write_parquet
+from math_data.aime import EVAL_SETS, prepare_eval
+from math_data.dapo import prepare_train
+from math_data.overlap import DEFAULT_NGRAM, overlap_report
+from math_data.prompting import load_tokenizer
+from math_data.sources import DataPrepError, describe_source, load_rows, write_parquet
 
 TRAIN_SOURCE = {
     "source": "open-r1/DAPO-Math-17k-Processed",
@@ -124,7 +124,7 @@ def _problems(parquet: Path) -> tuple[str, list[tuple[str, str]]]:
         items = [(r["extra_info"]["problem_id"], r["extra_info"]["problem"]) for r in rows]
     except (KeyError, TypeError) as err:
         raise DataPrepError(
-            f"{parquet}: not written by ablations.data (extra_info.problem_id/problem missing)"
+            f"{parquet}: not written by math_data (extra_info.problem_id/problem missing)"
         ) from err
     return rows[0]["data_source"], items
 
@@ -159,7 +159,7 @@ def _source_from(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ablations.data", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m math_data", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
     def expect(p: argparse.ArgumentParser) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ablations.data.prompting import prompt_token_count, user_messages, wrap_problem
-from ablations.data.sources import DataPrepError
+from math_data.prompting import prompt_token_count, user_messages, wrap_problem
+from math_data.sources import DataPrepError
 
 EVAL_SETS: dict[str, dict[str, Any]] = {
     "aime2024": {"source": "HuggingFaceH4/aime_2024", "config": None, "split": "train", "revision": None},

@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ablations.data.overlap import normalise
-from ablations.data.prompting import (
+from math_data.overlap import normalise
+from math_data.prompting import (
     has_instruction,
     prompt_token_count,
     strip_instruction,
     user_messages,
     wrap_problem,
 )
-from ablations.data.sources import DataPrepError
+from math_data.sources import DataPrepError
 
 TRAIN_DATA_SOURCE = "math_dapo"
 #: How many skipped/dropped rows a report lists individually (all are counted).

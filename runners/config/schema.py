@@ -460,7 +460,7 @@ class ParquetEvalSet:
 
 @dataclass
 class ParquetDataConfig:
-    """Prepared parquet files for verl (the experiment's inline ``data``; ``ablations.data``)."""
+    """Prepared parquet files for verl (the experiment's inline ``data``; ``math_data``)."""
 
     name: str = MISSING
     dir: str = MISSING

@@ -370,9 +370,9 @@ def write_data(cfg: DictConfig, folder: Path) -> None:
     ``ablations.data``'s own row builders and writer (the same reports beside each file)."""
     import numpy as np
 
-    from ablations.data.aime import prepare_eval
-    from ablations.data.dapo import prepare_train
-    from ablations.data.sources import write_parquet
+    from math_data.aime import prepare_eval
+    from math_data.dapo import prepare_train
+    from math_data.sources import write_parquet
     from runners.tiny.task_by_name import build_task
     from runners.tiny.tokenizer import build_tokenizer
 
