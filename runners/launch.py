@@ -348,8 +348,10 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def cli(argv: list[str]) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """Validate every job, lock their run folders, then run Hydra's ``main``; returns the exit status.
+    ``argv``: the command line's arguments (None: ``sys.argv[1:]``, as the ``sca-launch`` console script calls it;
+    Hydra's ``main`` reads ``sys.argv`` itself).
 
     2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process
     (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``); 4 (:data:`RUN_FAILED`,
@@ -364,7 +366,7 @@ def cli(argv: list[str]) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return _cli(argv)
+        return _cli(sys.argv[1:] if argv is None else argv)
     finally:
         signal.signal(signal.SIGTERM, previous)  # a caller in this process (a test) gets its own handler back
 
@@ -418,4 +420,4 @@ def _checked_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    sys.exit(cli())
