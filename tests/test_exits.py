@@ -114,7 +114,7 @@ def test_the_device_check_with_an_unwritable_out_is_one_line(tmp_path):
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--cpu-small", "--out",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.device_check", "--cpu-small", "--out",
                            str(blocker / "out")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().startswith(f"device_check: cannot write the report into OUT={blocker / 'out'}")

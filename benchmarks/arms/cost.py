@@ -17,9 +17,9 @@ k = 8, staleness 4, bf16 sampler), one warm-started base model (results/.cache),
   its peak RSS (``ru_maxrss``, set by imports and model loading) and the peak RSS during training
   (kernel high-water mark reset before the steps), with its increase over the RSS before them.
 
-    python benchmarks/arm_cost.py                         # defaults, writes benchmarks/out/arm_cost.json
-    python benchmarks/arm_cost.py --rounds 20 --threads 1 --out /tmp/arm_cost.json
-    python benchmarks/arm_cost.py -o scenario=fp8         # any Hydra override of the run config
+    python benchmarks/arms/cost.py                         # defaults, writes benchmarks/out/arm_cost.json
+    python benchmarks/arms/cost.py --rounds 20 --threads 1 --out /tmp/arm_cost.json
+    python benchmarks/arms/cost.py -o scenario=fp8         # any Hydra override of the run config
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -6,8 +6,8 @@ interleaved (order alternating each round), each trainer reset to the same state
 timed step. Reported: median trainer-step seconds of each, the median per-round ratio on / off,
 and that ratio as a share of a whole training step (``EmbeddedRun.train_step``, sampling included).
 
-    python benchmarks/diagnostics_cost.py                                  # the embedded default, SC arm
-    python benchmarks/diagnostics_cost.py -o +experiment=scratchpad --method pg --threads 1
+    python benchmarks/arms/diagnostics_cost.py                                  # the embedded default, SC arm
+    python benchmarks/arms/diagnostics_cost.py -o +experiment=scratchpad --method pg --threads 1
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.arm_cost import compose_cfg  # noqa: E402
+from benchmarks.arms.cost import compose_cfg  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

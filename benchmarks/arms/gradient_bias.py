@@ -20,8 +20,8 @@ bootstrap interval over batches. Levels "grow" along two axes: a 4..2-bit KV cac
 fixed-direction weight perturbation (one Gaussian draw, scaled by ``sigma x std(tensor)``: a
 systematic error, unlike the embedded scenarios' noise redrawn at each sync).
 
-    python benchmarks/gradient_bias.py                      # writes docs/gradient_bias.{json,png}
-    python benchmarks/gradient_bias.py --batches 8 --levels kv4 --out /tmp/gb   # a quick look
+    python benchmarks/arms/gradient_bias.py                      # writes docs/gradient_bias.{json,png}
+    python benchmarks/arms/gradient_bias.py --batches 8 --levels kv4 --out /tmp/gb   # a quick look
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

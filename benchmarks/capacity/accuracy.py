@@ -1,8 +1,8 @@
 """The capacity plan's trainer terms against torch's own accounting (docs/capacity.md, "Accuracy").
 
-    python benchmarks/capacity_accuracy.py [--counts DIR] [--only NAME ...]
+    python benchmarks/capacity/accuracy.py [--counts DIR] [--only NAME ...]
 
-For each configuration of :data:`CASES`, ``benchmarks/capacity_count.py`` counts one micro-batch of verl's
+For each configuration of :data:`CASES`, ``benchmarks/capacity/count.py`` counts one micro-batch of verl's
 FSDP2 actor with torch's memory trackers on fake tensors (cached as ``DIR/NAME.json``; minutes per Qwen3-4B
 case), and :func:`runners.capacity.trainer_memory.trainer_terms` predicts the same terms; the table gives predicted,
 counted and their ratio per term:
@@ -28,9 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from runners.capacity import trainer_memory  # noqa: E402
 from runners.capacity.shapes import ModelShape  # noqa: E402
@@ -60,7 +59,7 @@ CASES = (
 
 def counted(case: Case, cache: Path) -> dict[str, Any]:
     """The count of ``case`` (from ``cache`` when there, else counted now and cached)."""
-    import capacity_count
+    from benchmarks.capacity import count as capacity_count
 
     path = cache / f"{case.name}.json"
     if path.exists() and "inplace_backward" in (cached := json.loads(path.read_text())):

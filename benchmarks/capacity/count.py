@@ -84,7 +84,7 @@ to the tracker's gradient hook, so an ``Activation + Temp`` peak in backward may
 gradient matrix. A fake tensor has no value: the score-centering head's backward guard (rows of the
 recomputed softmax sum to 1) reads as passed.
 
-    python benchmarks/capacity_count.py --model Qwen3-0.6B --tokens 2048 --entropy --out counts.json
+    python benchmarks/capacity/count.py --model Qwen3-0.6B --tokens 2048 --entropy --out counts.json
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

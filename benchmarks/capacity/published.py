@@ -1,6 +1,6 @@
 """The capacity plan's time estimate against published step times (docs/capacity.md, "Time against published runs").
 
-    python benchmarks/capacity_published.py [--json FILE]
+    python benchmarks/capacity/published.py [--json FILE]
 
 For each published run whose setup is known well enough, the plan's timing model
 (:mod:`runners.capacity.timing`, with the project's default assumptions of ``conf/backend/verl.yaml``) is run
@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 from runners.capacity import rollout_memory, timing
 from runners.capacity.shapes import PUBLISHED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRACTIONS = (0.25, 0.5, 1.0)
 
 

@@ -3,7 +3,7 @@
 The plan (``runners.capacity.trainer_memory``, written in another branch) is imported here and nowhere
 else, inside a try block: in a tree without it, or where it needs a package the machine lacks, the
 part reports ``capacity plan: not available in this tree (<reason>)`` and the measured peaks of
-``device_model`` stand alone. Its expected interface, and all this module relies on:
+``.model`` stand alone. Its expected interface, and all this module relies on:
 
 * ``trainer_terms(shape, tokens, *, gradient_checkpointing, dp_size, ...) -> dict[str, int]`` (bytes);
 * a ``ModelShape`` (in ``runners.capacity.trainer_memory`` or ``runners.capacity``) built from a Qwen3
@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from device_measure import PartSkipped, ratio
+from .measure import PartSkipped, ratio
 
 PLAN_MODULE = "runners.capacity.trainer_memory"
 SHAPE_FACTORIES = ("from_config", "from_hf_config", "from_config_dict", "from_dict")

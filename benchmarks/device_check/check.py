@@ -1,22 +1,22 @@
 """Device check: what the project's trainer math costs on one GPU, with torch and transformers only.
 
-    bash benchmarks/device_check.sh               # the borrowed GPU machine: writes to $OUT
-    python3 benchmarks/device_check.py --out DIR  # any CUDA machine (PYTHONPATH = the repository)
-    python3 benchmarks/device_check.py --cpu-small --out DIR   # the same code, small sizes, CPU, seconds
+    bash benchmarks/device_check/device_check.sh             # the borrowed GPU machine: writes to $OUT
+    python3 -m benchmarks.device_check --out DIR             # any CUDA machine, from the repository root
+    python3 -m benchmarks.device_check --cpu-small --out DIR # the same code, small sizes, CPU, seconds
 
 Parts, each with its own time budget inside the whole check's (``--budget-s``), run in order and
 written to ``DIR/device_check.json`` and ``DIR/device_check.md`` after each one (docs/device_check.md):
 
-1. ``head_cost`` (:mod:`device_head`): SC and SC+TIS against PG at Qwen3-4B size, time and peak memory;
-2. ``numerics`` (:mod:`device_numerics`): the correction in fp32 against fp64 at that size;
-3. ``model_memory`` (:mod:`device_model`): measured trainer memory of Qwen3 models from their configs;
-4. ``capacity_plan`` (:mod:`device_capacity`): the capacity plan's terms against those, where it exists.
+1. ``head_cost`` (:mod:`.head`): SC and SC+TIS against PG at Qwen3-4B size, time and peak memory;
+2. ``numerics`` (:mod:`.numerics`): the correction in fp32 against fp64 at that size;
+3. ``model_memory`` (:mod:`.model`): measured trainer memory of Qwen3 models from their configs;
+4. ``capacity_plan`` (:mod:`.capacity`): the capacity plan's terms against those, where it exists.
 
 A part that cannot run (no CUDA, an estimate above ``--limit-gib``, out of memory, its budget spent)
 is recorded with the reason and the next part runs. Exit status: 0 when every part ran or was
 skipped for a stated reason, 1 when a part failed with an unexpected error (its traceback is in the
 JSON), 3 when no CUDA device is visible without ``--cpu-small`` (the GPU parts are skipped, so nothing was
-checked: a machine whose GPU is hidden does not pass). Imports: the standard library, torch, transformers (in ``device_model``), and the project's
+checked: a machine whose GPU is hidden does not pass). Imports: the standard library, torch, transformers (in ``.model``), and the project's
 torch-only modules; never verl, Ray, vLLM, Hydra or OmegaConf (``meta.loaded_forbidden`` lists any
 that were loaded anyway).
 """
@@ -33,13 +33,14 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import device_capacity
-import device_head
-import device_model
-import device_numerics
-import device_report
 import torch
-from device_measure import GIB, Budget, PartSkipped, free_memory, is_oom
+
+from . import capacity as device_capacity
+from . import head as device_head
+from . import model as device_model
+from . import numerics as device_numerics
+from . import report as device_report
+from .measure import GIB, Budget, PartSkipped, free_memory, is_oom
 
 FORBIDDEN = ("verl", "ray", "vllm", "hydra", "omegaconf")
 #: The exit status of a GPU check on a machine where no CUDA device is visible (every GPU part skipped).
@@ -117,7 +118,8 @@ def run_part(report: dict, name: str, func: Callable[[], dict], out: Path, cuda:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.device_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "results/device_check"))
     parser.add_argument("--cpu-small", action="store_true", help="small sizes on the CPU (seconds)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="the whole check's time budget")

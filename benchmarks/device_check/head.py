@@ -1,8 +1,8 @@
 """Part "head_cost": the SC and SC+TIS arms' extra trainer work against PG's, on one micro-batch of logits.
 
 Every arm runs its token loss (:func:`ablations.token_loss.token_loss`) over bf16 logits ``N x V``
-that are an autograd leaf, forward then backward, timed with :class:`device_measure.Clock` and with
-its peak memory read by :class:`device_measure.Meter`:
+that are an autograd leaf, forward then backward, timed with :class:`.measure.Clock` and with
+its peak memory read by :class:`.measure.Meter`:
 
 * ``pg`` — the sampled token's log-prob as the project computes it, chunked
   (``head_log_probs(logits, sampled, k=1)``; verl's own ``logprobs_from_logits`` is the same
@@ -28,10 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from device_measure import Budget, Clock, Meter, PartSkipped, check_fits, free_memory, is_oom, median, ratio
 
 from ablations.score_centering import centering_term, head_log_probs, head_log_probs_with_tail
 from ablations.token_loss import token_loss
+
+from .measure import Budget, Clock, Meter, PartSkipped, check_fits, free_memory, is_oom, median, ratio
 
 ARMS = ("pg", "pg_torch", "sc", "sc_tis")
 LABELS = {

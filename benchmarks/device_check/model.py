@@ -8,8 +8,8 @@ fp32 AdamW states (torch's default AdamW: foreach on CUDA). Each step: one packe
 ``zero_grad(set_to_none=True)``. Measured per (model, tokens) after warm-up steps (the first creates
 the AdamW states): the state bytes counted from the tensors themselves, the allocated bytes at the
 forward's start (``static``: weights + AdamW states), the peak over forward + backward and over the
-optimizer step (:class:`device_measure.Meter`), and their times. Nothing here reads the capacity plan;
-``device_capacity`` compares the plan's terms with these rows.
+optimizer step (:class:`.measure.Meter`), and their times. Nothing here reads the capacity plan;
+``.capacity`` compares the plan's terms with these rows.
 
 GPU memory (GB = 1e9 bytes; 16 bytes per parameter of states: fp32 weight, grad, two AdamW moments):
 Qwen3-0.6B (0.60 B params) 9.5 GB states + bf16 autocast weight copies 1.2 GB + at 16,384 tokens
@@ -22,10 +22,11 @@ states + 3.4 GB copies + 3.8 GB layer inputs + ~2 GB recompute + 10.6 GB logits 
 from __future__ import annotations
 
 import torch
-from device_measure import Budget, Clock, Meter, PartSkipped, check_fits, free_memory, is_oom, median
 
 from ablations.score_centering import head_log_probs
 from runners.capacity.shapes import PUBLISHED, ModelShape
+
+from .measure import Budget, Clock, Meter, PartSkipped, check_fits, free_memory, is_oom, median
 
 _HF = {"max_position_embeddings": 40_960, "rms_norm_eps": 1e-6}
 #: Published shapes (``runners.capacity.shapes``, the models' config.json), and a tiny one for --cpu-small.

@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 
 import torch
-from device_measure import Budget, Clock, PartSkipped, free_memory
 
 from ablations.score_centering import centering_term, head_log_probs_with_tail
+
+from .measure import Budget, Clock, PartSkipped, free_memory
 
 TAILS = (1e-1, 1e-3, 1e-4, 1e-5)
 OFFSETS = (0.0, 30.0)

@@ -1,6 +1,6 @@
-"""Offline assets for ``benchmarks/gpu_smoke.sh``: a tiny Qwen3 with a trained BPE tokenizer, and data.
+"""Offline assets for ``benchmarks/gpu_smoke/gpu_smoke.sh``: a tiny Qwen3 with a trained BPE tokenizer, and data.
 
-``python benchmarks/gpu_smoke_assets.py <out_dir>`` writes, with no hub access:
+``python benchmarks/gpu_smoke/assets.py <out_dir>`` writes, with no hub access:
 
 * ``<out>/model``: a byte-level BPE tokenizer trained on the shipped fixtures (ChatML special tokens,
   Qwen3's chat template without thinking tags) and a 2-layer Qwen3 built from a config, saved in the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "data"
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (

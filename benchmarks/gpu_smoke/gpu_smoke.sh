@@ -4,9 +4,9 @@
 # NEEDS: one CUDA GPU and the project installed with its [gpu] extra -- verl, Ray and vLLM (plus
 # Hydra, OmegaConf and the rest of the project's dependencies): pip install -e ".[gpu,test]".
 # A machine with only torch and transformers (the borrowed GPU) cannot run this: use
-# benchmarks/device_check.sh there (docs/device_check.md).
+# benchmarks/device_check/device_check.sh there (docs/device_check.md).
 #
-#   bash benchmarks/gpu_smoke.sh [OUT_DIR]
+#   bash benchmarks/gpu_smoke/gpu_smoke.sh [OUT_DIR]
 #
 # Runs verl's real V1 separate_async trainer (FSDP2 trainer + vLLM rollout, on Ray) for 3 steps per
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
@@ -15,14 +15,14 @@
 # 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
 # piece has not run on a GPU yet; this script is its first test).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT="$(realpath -m "${1:-results/gpu_smoke_assets}")"
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_smoke: no CUDA GPU visible')"
 python -c "import vllm, ray, verl" || {
     echo "gpu_smoke: needs vLLM, Ray and verl (the [gpu] extra): pip install -e '.[gpu,test]';" \
-         "on a machine with torch and transformers only, run benchmarks/device_check.sh" >&2; exit 1; }
+         "on a machine with torch and transformers only, run benchmarks/device_check/device_check.sh" >&2; exit 1; }
 
-python benchmarks/gpu_smoke_assets.py "$OUT"
+python benchmarks/gpu_smoke/assets.py "$OUT"
 
 arms=pg,tis,sc,sc_tis   # an install that cannot carry the SC arms' head stops at the launcher, naming what it lacks
 

@@ -8,8 +8,8 @@ rest is fp32 workspace. Wall time is the median over repeats. Part 2 times each 
 score-centering term for SC arms) relative to PG on identical inputs, after a warm-up, in
 interleaved rounds (median per arm).
 
-    python benchmarks/head_gather.py                 # defaults: V=151,936, N in 1024..4096, k=128
-    python benchmarks/head_gather.py --lengths 512 1024 --vocab 32000
+    python benchmarks/head/gather.py                 # defaults: V=151,936, N in 1024..4096, k=128
+    python benchmarks/head/gather.py --lengths 512 1024 --vocab 32000
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How precise ``actor/sc_correction`` is: the correction C in fp32 against float64, at Qwen3's vocabulary.
 
-    python benchmarks/sc_precision.py            # V = 151,936, k = 128; a table for docs/score_centering.md
+    python benchmarks/head/sc_precision.py            # V = 151,936, k = 128; a table for docs/score_centering.md
 
 Rows: the trainer's tail mass ``1 - P`` outside the sampler's head (the sampler's own tail is 2x that)
 and the logits' offset (``|lse|`` about the offset). Columns, against float64 throughout: the mean

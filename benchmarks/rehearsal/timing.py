@@ -1,6 +1,6 @@
 """Wall time of the CPU rehearsal, whole and per arm, and where it goes.
 
-    python benchmarks/rehearsal_time.py [--arms pg,tis] [--rollouts vllm,standin] [--out DIR]
+    python benchmarks/rehearsal/timing.py [--arms pg,tis] [--rollouts vllm,standin] [--out DIR]
 
 Runs ``python runners/launch.py -m +experiment=rehearsal method=<arms> seed=42`` (once per rollout engine,
 ``backend.rehearsal_rollout=<rollout>``, one after the other: default vLLM's CPU build, then the stand-in) into a fresh
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 

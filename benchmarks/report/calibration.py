@@ -23,12 +23,12 @@ and 10 seeds per arm at a run-accuracy sd of 0.07: FPR at nominal 5% and power a
 paired test (:func:`analysis.seeds.diff_paired_two_level`, what the report uses for seed pairs) and
 the unpaired one (:func:`analysis.seeds.diff_two_level`), side by side, with each test's mean 80%
 minimum detectable difference and the correlation of the arms' run scores the sweeps show (the
-quantity ``benchmarks/seed_pairing.py`` measures on the studies).
+quantity ``benchmarks/report/seed_pairing.py`` measures on the studies).
 
 Writes the tables between the calibration markers of ``docs/statistics.md`` (``--write``) and prints them.
 
-    python benchmarks/calibration.py [--sweeps 1000] [--write]
-    python benchmarks/calibration.py --paired-only --corr 0,0.3,0.6,0.9,0.57 --sweeps 4000 --write
+    python benchmarks/report/calibration.py [--sweeps 1000] [--write]
+    python benchmarks/report/calibration.py --paired-only --corr 0,0.3,0.6,0.9,0.57 --sweeps 4000 --write
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from analysis.stats import Resampler, percentile_interval, sign_flip_pvalue
 from analysis.synthetic import run_accuracy_sd, true_difference, two_arm_counts, write_two_arm_sweep
 from analysis.tables import paired_table
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "statistics.md"
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
 PAIRED_START, PAIRED_END = "<!-- paired-calibration:start -->", "<!-- paired-calibration:end -->"
 PAIRED_SEEDS = (2, 3, 5, 10)
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return unpaired_main(args, start)
     paired_cells = [paired_cell(s, rho, args.sweeps, args.seed, paired_df=args.paired_df)
                     for s in PAIRED_SEEDS for rho in corrs]
-    command = (f"python benchmarks/calibration.py --paired-only --corr {args.corr}"
+    command = (f"python benchmarks/report/calibration.py --paired-only --corr {args.corr}"
                + (f" --paired-df {args.paired_df}" if args.paired_df != "seeds" else "")
                + (f" --sweeps {args.sweeps}" if args.sweeps != 1000 else "")
                + (f" --seed {args.seed}" if args.seed != 2026 else "") + " --write")
@@ -229,7 +229,7 @@ def unpaired_main(args: argparse.Namespace, start: float) -> int:
         for s in SEEDS:
             cells.append(cell(s, tau, args.sweeps, args.seed, args.n_flip, args.report_sweeps))
             print(f"seeds {s[0]}/{s[1]}, logit sd {tau}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    command = "python benchmarks/calibration.py" + (f" --sweeps {args.sweeps}" if args.sweeps != 1000 else "") + (
+    command = "python benchmarks/report/calibration.py" + (f" --sweeps {args.sweeps}" if args.sweeps != 1000 else "") + (
         f" --seed {args.seed}" if args.seed != 2026 else "") + " --write"
     text = table(cells, args.sweeps, time.perf_counter() - start, command)
     print(text)

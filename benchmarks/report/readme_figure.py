@@ -1,6 +1,6 @@
 """The README's figure: the evaluation curves of the main job's report, regenerated from its results.
 
-    python benchmarks/readme_figure.py [RESULTS_DIR]          # default results/embedded_default
+    python benchmarks/report/readme_figure.py [RESULTS_DIR]          # default results/embedded_default
 
 Runs the report (``python -m analysis RESULTS_DIR``, which writes ``RESULTS_DIR/report/eval_curves.png``),
 trims the figure's white margins (and scales it down to ``--max-width`` pixels if wider), writes it to
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_RESULTS = Path("results/embedded_default")
 FIGURE = REPO / "docs" / "images" / "embedded_default_eval_curves.png"
 README = REPO / "README.md"
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = results.as_posix()
     if results.is_absolute() and results.resolve().is_relative_to(REPO):
         shown = results.resolve().relative_to(REPO).as_posix()
-    note = (f"*Made by `python benchmarks/readme_figure.py {shown}` on {today} from the main job's "
+    note = (f"*Made by `python benchmarks/report/readme_figure.py {shown}` on {today} from the main job's "
             f"four runs ({provenance(records)}): `{shown}/report/eval_curves.png`, margins trimmed.*")
     write_note(args.readme, note)
     print(f"wrote the note under the figure into {args.readme}")

@@ -30,8 +30,8 @@ detect a true difference delta with 80% power at the 5% level, ``n`` the smalles
 differences pooled within the mismatch studies) or ``(t_.975,2n-2 + t_.80,2n-2)
 sqrt((sd_a^2 + sd_b^2) / n) <= delta`` (unpaired, seeds per arm).
 
-    python benchmarks/seed_pairing.py --doc [--reread] [--write]
-    python benchmarks/seed_pairing.py /tmp/r20/drift_study/default
+    python benchmarks/report/seed_pairing.py --doc [--reread] [--write]
+    python benchmarks/report/seed_pairing.py /tmp/r20/drift_study/default
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "drift_study.md"
-STATS_DOC = Path(__file__).resolve().parents[1] / "docs" / "statistics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "drift_study.md"
+STATS_DOC = Path(__file__).resolve().parents[2] / "docs" / "statistics.md"
 START, END = "<!-- pairing:start -->", "<!-- pairing:end -->"
 REREAD_START, REREAD_END = "<!-- paired-reread:start -->", "<!-- paired-reread:end -->"
 DELTAS = (0.1, 0.2, 0.3, 0.4)  # the published effect sizes (verl PR #8010, the paper's 30B run)
@@ -299,13 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.doc:
         finals = doc_finals(DOC.read_text())
         text, _ = correlation_table(finals)
-        text = (f"Measured with `python benchmarks/seed_pairing.py --doc --write` from the seeds' finals in "
+        text = (f"Measured with `python benchmarks/report/seed_pairing.py --doc --write` from the seeds' finals in "
                 f"`docs/drift_study.md` (two decimals, seed order 1..S).\n\n{text}")
         print(text)
         if args.write:
             _write(START, END, text, STATS_DOC)
         if args.reread:
-            reread = (f"Made with `python benchmarks/seed_pairing.py --doc --reread --write` from the seeds' "
+            reread = (f"Made with `python benchmarks/report/seed_pairing.py --doc --reread --write` from the seeds' "
                       f"finals in the tables above (two decimals).\n\n{reread_table(finals)}\n\n"
                       f"{needed_table(finals)}")
             print("\n" + reread)

@@ -13,7 +13,7 @@ growing no faster than the runs: from each size to the next, the seconds per run
 more than :data:`PER_RUN_SLACK` (fixed costs make them fall at small sizes). Wall-clock times move
 with the machine's load: compare ratios, and say when the machine was busy.
 
-    python benchmarks/analysis_report.py [--sizes 4,16,64,256] [--steps 500] [--eval-every 20]
+    python benchmarks/report/timing.py [--sizes 4,16,64,256] [--steps 500] [--eval-every 20]
         [--problems-per-set 30] [--samples 8] [--repeat 1] [--keep DIR]
 """
 

@@ -7,10 +7,10 @@ a test module that no longer imports (exit 2, an error during collection).
 First, unless ``--no-baseline``, each test selection runs once on an unmutated copy and must pass: a
 selection that already fails would catch every mutation.
 
-    python benchmarks/mutation_check.py            # every mutation
-    python benchmarks/mutation_check.py --list     # what each one breaks
-    python benchmarks/mutation_check.py pairing_seed_order logger_flush_module
-    python benchmarks/mutation_check.py --tests-at b57ea45 sc_sampled_token_detached   # the older tests
+    python benchmarks/suite/mutation_check.py            # every mutation
+    python benchmarks/suite/mutation_check.py --list     # what each one breaks
+    python benchmarks/suite/mutation_check.py pairing_seed_order logger_flush_module
+    python benchmarks/suite/mutation_check.py --tests-at b57ea45 sc_sampled_token_detached   # the older tests
 
 Prints, per mutation, the replacement, the tests run and ``caught`` / ``NOT caught``; the exit status
 is 1 if any mutation was not caught (2 if one no longer applies or a baseline fails).
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +113,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "kept = 2 * FP32 * tv if s.calculate_entropy and not s.entropy_checkpointing else 0",
              "kept = 0",
              ("tests/test_capacity.py",)),
-    Mutation("capacity_count_import_broken", "benchmarks/capacity_count.py imports a module of the repository that "
-             "is not there (moved): its tests must fail, not skip", "benchmarks/capacity_count.py",
+    Mutation("capacity_count_import_broken", "benchmarks/capacity/count.py imports a module of the repository that "
+             "is not there (moved): its tests must fail, not skip", "benchmarks/capacity/count.py",
              "from runners.capacity.shapes import PUBLISHED as SHAPES", "from runners.capacity.shape import PUBLISHED as SHAPES",
              ("tests/test_capacity_count.py",)),
     Mutation("capacity_refusal_ignored", "a launch whose capacity plan does not fit is not refused",

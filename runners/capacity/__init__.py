@@ -22,7 +22,7 @@ launch fits and what it costs, and a launch that cannot fit is refused before Ra
   0.9.1's V1 timers, the decode speed fitted, never a budget below the measurement.
 
 ``shapes``, ``trainer``, ``rollout`` and ``timing`` import nothing but the standard library, so the
-device check runs them on a machine with torch alone (``benchmarks/device_capacity.py``); ``plan`` reads
+device check runs them on a machine with torch alone (``benchmarks/device_check/capacity.py``); ``plan`` reads
 an OmegaConf config. What each term counts and how well it matches torch's own accounting:
 docs/capacity.md.
 """

@@ -4,7 +4,7 @@ The update of verl 0.9.1's FSDP engine on one packed micro-batch of ``T`` tokens
 for a Qwen3 decoder (``h`` hidden, ``q``/``kv`` attention widths, ``I`` MLP width, ``L`` layers, ``V``
 vocabulary, ``N`` parameters, ``P_l`` per layer), sharded over ``D`` GPUs, the forward under bf16 autocast.
 Every term was checked against torch's own accounting of the same step on fake tensors
-(``benchmarks/capacity_count.py``; the table in docs/capacity.md):
+(``benchmarks/capacity/count.py``; the table in docs/capacity.md):
 
 * **model states** ``16 N / D``: fp32 master weights, gradients and AdamW's two moments, sharded (0 with
   FSDP2's CPU offload policy); the gradients exist from the layers' backward to the step, and the step's

@@ -16,7 +16,7 @@
 The gradient ratio and cosine cost one extra backward pass per micro-batch (``torch.autograd.grad``
 of the centering term, which leaves ``.grad`` and hence the training update untouched), so they are
 on only with ``backend.gradient_diagnostics=true`` (``+experiment=scratchpad`` sets it; the cost is
-measured by ``benchmarks/diagnostics_cost.py``, figures in docs/miniature.md). The other three are cheap
+measured by ``benchmarks/arms/diagnostics_cost.py``, figures in docs/miniature.md). The other three are cheap
 and always logged.
 """
 
