@@ -50,13 +50,13 @@ What :func:`count` returns (bytes of one rank; each term from an isolated run of
 
 Attention: ``attn_implementation="sdpa"`` (flash-attn is not installed here). With no mask, ``sdpa`` on
 the fake CPU device runs ``_scaled_dot_product_flash_attention_for_cpu`` (GQA without repeating k/v),
-which saves q, k, v, its output and the fp32 logsumexp -- ``2 (2 q + 2 kv) + 4 heads`` bytes per layer and
-token (``q = heads x head_dim``, ``kv = kv_heads x head_dim``; 20,608 for Qwen3-4B), no ``T x T`` matrix.
-The whole attention block keeps ``10 q + 10 kv + 2 hidden + 8 heads + 4 kv_heads`` bytes per token: with
+which saves q, k, v, its output and the fp32 logsumexp -- ``2 (2 q + 2 kv) + 4 attention_heads`` bytes per layer and
+token (``q = attention_heads x head_dim``, ``kv = kv_heads x head_dim``; 20,608 for Qwen3-4B), no ``T x T`` matrix.
+The whole attention block keeps ``10 q + 10 kv + 2 hidden + 8 attention_heads + 4 kv_heads`` bytes per token: with
 the kernel's set, q/k_norm's fp32 inputs and bf16 normalised values and rsqrt, and o_proj's output
 (32,928 for Qwen3-0.6B). flash-attn's varlen kernel, which verl uses on the GPU with remove-padding,
 saves the same set (q, k, v, out and the logsumexp); sdpa's
-math path would save the ``heads x T x T`` probabilities instead, and a packed row of several sequences
+math path would save the ``attention_heads x T x T`` probabilities instead, and a packed row of several sequences
 would make transformers build a ``T x T`` mask for sdpa. Only one sequence is packed here
 (``position_ids = arange(T)``), so neither happens -- once transformers is told so: it counts a fake tensor
 as tracing and then keeps the packed-sequence ids it derives from ``position_ids`` (on real tensors it finds

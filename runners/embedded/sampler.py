@@ -153,7 +153,7 @@ def quantise_kv_cache(model: torch.nn.Module, bits: int) -> None:
 
     Forward hooks on each attention's ``k_norm`` (keys, ``(..., kv_heads, head_dim)``) and
     ``v_proj`` (values, ``(..., kv_heads * head_dim)``) replace the output by its fake-quantised
-    value, per token and head; prefill and decode steps alike, so cached and new entries match.
+    value, per token and attention head; prefill and decode steps alike, so cached and new entries match.
     """
     for layer in model.model.layers:
         attention = layer.self_attn
