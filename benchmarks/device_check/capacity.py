@@ -1,6 +1,6 @@
 """Part "capacity_plan": the capacity plan's trainer memory terms against the measured model rows.
 
-The plan (``runners.capacity.trainer_memory``, written in another branch) is imported here and nowhere
+The plan (``runners.capacity.trainer_memory``) is imported here and nowhere
 else, inside a try block: in a tree without it, or where it needs a package the machine lacks, the
 part reports ``capacity plan: not available in this tree (<reason>)`` and the measured peaks of
 ``.model`` stand alone. Its expected interface, and all this module relies on:

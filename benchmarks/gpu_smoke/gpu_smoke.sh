@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU smoke check of the verl backend, for your own GPU machine (NOT YET RUN ON A GPU).
+# GPU smoke check of the verl backend, for your own GPU machine (what has run on a GPU so far: docs/verl_reference.md,
+# "What has been verified").
 #
 # NEEDS: one CUDA GPU and the project installed with its [gpu] extra -- verl, Ray and vLLM (plus
 # Hydra, OmegaConf and the rest of the project's dependencies): pip install -e ".[gpu,test]".
@@ -12,8 +13,8 @@
 # arm on a tiny Qwen3 saved locally (no hub access), then checks each run folder with
 # `python -m runners.run.contract_check`. Trainer and vLLM share the one GPU (backend.placement.shared_gpu: Ray is
 # told there are 2 GPUs and is kept from setting CUDA_VISIBLE_DEVICES), and vLLM takes 30% of the memory. All four arms run: on verl
-# 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head: its vLLM server
-# piece has not run on a GPU yet; this script is its first test).
+# 0.9.1 the SC arms' sampler head goes by the project's transport (runners/verl_head, its vLLM server piece
+# included).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="$(realpath -m "${1:-results/gpu_smoke_assets}")"

@@ -17,7 +17,7 @@ N null sweeps (truly equal arms) and N shifted sweeps (arm B better by +0.10 exp
   over problems on the seed-averaged scores, the paired test of the report before seeds were
   counted; for S = 1 the interval the report still shows, labelled single seed).
 
-Seed pairs (issue 20; the second table, ``--paired-only --corr``): sweeps whose arms share their seeds, the seed
+Seed pairs (the second table, ``--paired-only --corr``): sweeps whose arms share their seeds, the seed
 effects of run s of both arms correlated at rho (``two_arm_counts(..., seed_corr=rho)``), for 2, 3, 5
 and 10 seeds per arm at a run-accuracy sd of 0.07: FPR at nominal 5% and power against +0.10 of the
 paired test (:func:`analysis.seeds.diff_paired_two_level`, what the report uses for seed pairs) and
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corr", default=",".join(str(c) for c in CORRELATIONS),
                         help="seed-effect correlations of the seed-pair table (comma list, each in [0, 1))")
     parser.add_argument("--paired-only", action="store_true",
-                        help="the seed-pair table (issue 20) instead of the independent-seed table")
+                        help="the seed-pair table instead of the independent-seed table")
     parser.add_argument("--paired-df", choices=("seeds", "satterthwaite"), default="seeds",
                         help="df of the paired test (analysis.seeds.diff_paired_two_level; the report: seeds)")
     args = parser.parse_args(argv)

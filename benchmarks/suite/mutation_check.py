@@ -64,7 +64,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "ablations/losses.py",
              'weights = None if weights_proto is None else weights_proto.batch["rollout_is_weights"]', "weights = None",
              ("tests/test_arms.py",)),
-    # -- the pairing (issue 28's first bullet; caught once the seed-order test of analysis/synthetic.py is in)
+    # -- the pairing (caught by the seed-order test of analysis/synthetic.py)
     Mutation("pairing_seed_order", "a paired comparison ignores the seed order of the runs",
              "analysis/pairing.py",
              "diff_paired_two_level(ya[list(design.order_a)], yb[list(design.order_b)], slices)",

@@ -9,7 +9,7 @@
   its scenario, and runs of different scenarios (the on-policy control included) are scored alike,
   as the score-centering paper evaluates (a clean sampler, no quantisation);
 * ``scenario``: through the scenario's sampler numerics, as verl's validation samples through its
-  rollout engine (the embedded default before issue 32, rounds 1-4 of ``docs/drift_study.md``).
+  rollout engine (which runs of ``docs/drift_study.md`` were scored so: its "What changed in the harness").
 
 Either way the evaluation has its own sampler and random streams, so it never changes a training
 trajectory: two runs that differ only in ``eval.numerics`` train identically and differ in their

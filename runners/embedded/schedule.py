@@ -27,7 +27,7 @@ Measured on the default (``speed 1.05``, ``speed_jitter 1.5``, ``run_ahead_batch
 seed (mean 0.8-2.2 over seeds 1-5); the schedule depends only on the seed, never on the policy, so
 the arms of one seed see the same staleness sequence.
 
-**The worst case** (the schedule before issue 11, ``scenario=stale_worst``): ``speed_jitter 0`` and
+**The worst case** (``scenario=stale_worst``; what the default was, docs/embedded_default.md): ``speed_jitter 0`` and
 ``speed 1.25``: the buffer fills within 20 steps and stays full, and from then on every group is
 trained exactly ``run_ahead_batches`` versions after it was produced.
 """
