@@ -30,11 +30,12 @@ OLD, NEW = "runners.local", "runners.embedded"
 
 
 def composed(root: Path, steps: int):
-    """A seconds-long SC run (small batches, a short warm start), checkpointed every 2 steps."""
+    """A seconds-long SC run (small batches, a short warm start), checkpointed every 2 steps; a sampler three times
+    the trainer's speed keeps groups in the replay buffer, so each checkpoint pickles some."""
     overrides = [f"results_root={root}", f"backend.cache_dir={root / 'cache'}", f"trainer.total_steps={steps}",
                  "trainer.prompts_per_step=8", "trainer.n=4", "backend.micro_batch_size=16", "trainer.test_freq=2",
                  "trainer.save_freq=2", "eval.n=2", "model.warmstart.steps=30", "backend.sampler.run_ahead_batches=2",
-                 "method=sc"]
+                 "backend.sampler.speed=3", "backend.sampler.speed_jitter=0", "method=sc"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 
@@ -53,6 +54,16 @@ def pickle_under_the_old_name(path: Path, monkeypatch: pytest.MonkeyPatch) -> No
                         m.setattr(value, "__module__", old)
         torch.save(state, path)
     assert Group.__module__ == f"{NEW}.replay_buffer" and f"{OLD}.replay_buffer" not in sys.modules
+
+
+class NoOldPackage:
+    """A meta-path finder for which ``runners.local`` does not exist (an editable install of an older checkout
+    in the same environment could still provide it, and a checkpoint would then load the old code)."""
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name == OLD or name.startswith(OLD + "."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
 
 
 def pickled_text(path: Path) -> bytes:
@@ -80,6 +91,7 @@ def test_module_names_move_only_under_the_old_package():
 
 
 def test_an_old_run_folder_extends_as_the_same_folder_in_todays_names(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "meta_path", [NoOldPackage(), *sys.meta_path])
     today = tmp_path / "today" / "sc-seed42"
     today.mkdir(parents=True)
     short = composed(tmp_path, steps=2)
