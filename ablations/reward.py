@@ -6,7 +6,7 @@ adds what the run contract needs from each validation sample, which verl's valid
 (``trainer.validation_data_dir``) would otherwise lack:
 
 - :func:`compute_score` returns ``data_source`` and ``problem_id`` (from the parquet row's
-  ``extra_info.problem_id``, written by :mod:`ablations.data`) next to ``score``/``acc``/``pred``.
+  ``extra_info.problem_id``, written by :mod:`math_data`) next to ``score``/``acc``/``pred``.
   String values are ignored by verl's validation metrics and copied into the dump.
 - :class:`LengthAwareRewardManager` is verl's ``naive`` reward-loop manager plus
   ``response_length`` (response tokens of the sample), so ingestion can compute truncation

@@ -8,7 +8,7 @@ sweep (the reference sweep's own arms) it pairs the runs by seed where the recor
 (:mod:`analysis.pairing`), as the paired table does; across sweeps it treats the seeds as
 independent: another scenario changes the sampler from the first token, so the runs of one seed
 share little but the prompt order (the drift study's finals of kv4 and bf16_compute arms against
-on-policy PG correlate −0.60 to +0.30 across seeds, ``benchmarks/seed_pairing.py --doc --reread``),
+on-policy PG correlate −0.60 to +0.30 across seeds, ``benchmarks/report/seed_pairing.py --doc --reread``),
 and pairing would only cost degrees of freedom. ``test`` and ``pairs`` say which. It adds ``mde80``: the smallest true difference the test would detect
 with 80% power at this variance, ``(t_{0.975, df} + t_{0.80, df}) x se``, so a "no effect" reads as
 "no effect larger than mde80".

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.config.config_history import with_added_keys
+from runners.config.config_history import as_current
 from runners.run import peer_keys
 
 MULTIRUN_FILE = "multirun.yaml"
@@ -101,7 +101,7 @@ def cell_value(run_dir: Path, config: Mapping[str, Any], key: str) -> str:
     found = _override_value(run_dir, key)
     if found is not None:
         return found
-    flat = peer_keys.flatten(with_added_keys(config))
+    flat = peer_keys.flatten(as_current(config))
     for candidate in (key, f"{key}.name"):
         if candidate in flat:
             return peer_keys.text(flat[candidate])

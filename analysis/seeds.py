@@ -50,7 +50,7 @@ containment rule for a contrast that varies between seeds): Satterthwaite's df, 
 unpaired test, made the paired test liberal at few seeds, because with a 1-2 df seed part the
 runs that reject are those whose seed part came out small, when the problem part dominates and
 the df jump (FPR 0.096 at 2 seeds and 0.067 at 3, seed-effect correlation 0, run sd 0.07;
-``python benchmarks/calibration.py --paired-only --paired-df satterthwaite``). With ``S - 1`` df
+``python benchmarks/report/calibration.py --paired-only --paired-df satterthwaite``). With ``S - 1`` df
 the test can only be conservative (the problem part adds variance) and is the paired t-test on the
 run scores when V_prob = 0 (``scipy.stats.ttest_rel``, checked in the tests). Which of the two
 tests a comparison uses is fixed by the design (are the runs seed pairs? :mod:`analysis.pairing`),
@@ -68,7 +68,7 @@ clusters; the seed-level t with Satterthwaite df is the small-sample version of 
 run. The problem part is Miller 2024 ("Adding error bars to evals"): the questions are a sample,
 the comparison is paired by question, and the within-question sampling noise (k responses) is
 subtracted so it is not counted twice. Calibration is measured, not assumed:
-``benchmarks/calibration.py`` and ``docs/statistics.md``; ``tests/test_analysis_calibration.py``.
+``benchmarks/report/calibration.py`` and ``docs/statistics.md``; ``tests/test_analysis_calibration.py``.
 
 With one seed in an arm V_seed cannot be estimated: these functions refuse (``ValueError``) and
 :mod:`analysis.tables` reports the problem-level interval, labelled, never significant.

@@ -206,14 +206,14 @@ def check_parallel_jobs(argv: list[str], configs: list[DictConfig]) -> None:
     """``hydra/launcher=parallel``: ``n_jobs x backend.threads`` within the cores, for every job of the embedded
     backend, checked here before any job starts (each job checks again; a refusal inside a job is Hydra's
     "Error executing job" and a traceback)."""
-    from runners.local.parallel import check_parallel_threads, joblib_n_jobs
+    from runners.embedded.parallel import check_parallel_threads, joblib_n_jobs
 
     launcher = hydra_launcher(argv)
     n_jobs = None if launcher is None else joblib_n_jobs(launcher)
     if n_jobs is None:
         return
     for cfg in configs:
-        if cfg.backend.name == "local":
+        if cfg.backend.name == "embedded":
             check_parallel_threads(cfg, n_jobs=n_jobs)
 
 
@@ -347,8 +347,10 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def cli(argv: list[str]) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """Validate every job, lock their run folders, then run Hydra's ``main``; returns the exit status.
+    ``argv``: the command line's arguments (None: ``sys.argv[1:]``, as the ``sca-launch`` console script calls it;
+    Hydra's ``main`` reads ``sys.argv`` itself).
 
     2: a config error (printed as ``config error: ...``); 3: a run folder locked by another process
     (``run folder busy: ...``) or one that cannot be locked (``run folder lock: ...``); 4 (:data:`RUN_FAILED`,
@@ -363,7 +365,7 @@ def cli(argv: list[str]) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return _cli(argv)
+        return _cli(sys.argv[1:] if argv is None else argv)
     finally:
         signal.signal(signal.SIGTERM, previous)  # a caller in this process (a test) gets its own handler back
 
@@ -417,4 +419,4 @@ def _checked_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    sys.exit(cli())

@@ -2,10 +2,10 @@
 allowed values:
 
 1. the config by itself (:mod:`runners.config.config_checks`): the schema, the arm, cross-field rules;
-2. the trackers of ``backend.logger`` (:func:`runners.local.trackers.check_loggers`: both backends log through
+2. the trackers of ``backend.logger`` (:func:`runners.embedded.trackers.check_loggers`: both backends log through
    verl's ``Tracking``);
 3. the run folder (writable, not holding another run) and the backend's checks that need its own
-   computation (the local task's prompt lengths; verl's composed config).
+   computation (the embedded task's prompt lengths; verl's composed config).
 
 It reads every room (the config, the run folder, the embedded backend's trackers, the backend a config names),
 so it sits beside the launcher, at the top of docs/architecture.md's package order.
@@ -27,7 +27,7 @@ from runners.config.config_checks import (
 )
 from runners.config.config_error import ConfigError
 from runners.config.run_names import run_dir
-from runners.local.trackers import check_loggers
+from runners.embedded.trackers import check_loggers
 from runners.run.run_folder import plan
 
 

@@ -12,7 +12,7 @@ from analysis.report import build_report, markdown
 from analysis.seeds import diff_paired_two_level, diff_two_level, minimum_detectable
 from analysis.synthetic import two_arm_counts, write_run, write_two_arm_sweep
 from analysis.tables import PAIRED_TWO_LEVEL, TWO_LEVEL, paired_table
-from runners.local.backend import SEED_FIXES as LOCAL
+from runners.embedded.backend import SEED_FIXES as LOCAL
 from runners.verl_side.backend.ingest import SEED_FIXES as VERL
 
 K, N = 8, 30

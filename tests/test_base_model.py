@@ -4,7 +4,7 @@
   shipped weights (a change to the default model/data config without `--ship` fails here);
 * a tampered or missing file is refused with a message naming the file and the fix;
 * other model configs still get the machine-local warm-start cache;
-* step-0 evaluation, run as `LocalRun` runs it, gives byte-identical per-sample results under
+* step-0 evaluation, run as `EmbeddedRun` runs it, gives byte-identical per-sample results under
   CPU-kernel settings another machine would have (AVX2 vs the generic kernels, MKL limited to
   SSE4.2) and at 1 and 2 threads, and equals the figures of docs/embedded_default.md;
 * a non-editable install (a built wheel) carries the weights and the manifest.
@@ -24,8 +24,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from runners.config import config_checks
-from runners.local.base_checkpoint import load_base_model_for
-from runners.local.warmstart import cache_key
+from runners.embedded.base_checkpoint import load_base_model_for
+from runners.embedded.warmstart import cache_key
 from runners.tiny import base_model as bm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_scratchpad_experiment_loads_its_own_shipped_model(tmp_path):
     cfg = composed([f"results_root={tmp_path}", "+experiment=scratchpad"])
     asset_dir = bm.asset_dir_for(cfg)
     manifest = bm.verify(asset_dir)
-    regenerate = "python -m runners.local.warmstart --ship --model tiny_qwen3_scratchpad --data sum_scratchpad"
+    regenerate = "python -m runners.embedded.warmstart --ship --model tiny_qwen3_scratchpad --data sum_scratchpad"
     assert cache_key(cfg) == manifest["key"], f"scratchpad config changed: regenerate with `{regenerate}`"
     assert bm.shipped_dir_for(manifest["key"]) == asset_dir != bm.ASSET_DIR
     _, _, source = load_base_model_for(cfg, tmp_path / "cache", progress=False)
@@ -94,11 +94,11 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 from runners.config import CONF_DIR
-from runners.local.backend import LocalRun
+from runners.embedded.backend import EmbeddedRun
 out, threads = Path(sys.argv[1]), int(sys.argv[2])
 with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
     cfg = compose(config_name="config", overrides=[f"results_root={out}", f"backend.threads={threads}"])
-run = LocalRun(cfg, out / "run", "probe")
+run = EmbeddedRun(cfg, out / "run", "probe")
 run.evaluate()
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
                   "val": run.record.data["val"][0], "source": run.base_source}))

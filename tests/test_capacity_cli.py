@@ -57,7 +57,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     ("backend.capacity.time.response_at_cap_fraction=0.9",
      "config error: backend.capacity.time.response_at_cap_fraction=0.9 with backend.capacity.time.mean_response_fraction"),
     ("nosuch=1", "config error: nosuch=1: nosuch is not a key"),
-    ("backend=local", "config error: backend=local: the capacity plan is of a verl launch"),
+    ("backend=embedded", "config error: backend=embedded: the capacity plan is of a verl launch"),
 ])
 def test_bad_input_is_one_config_error_line_with_status_2(capsys, override, wanted):
     extra = [] if override.startswith("backend=") else [REFERENCE]

@@ -1,6 +1,6 @@
-"""The counting harness of the capacity plan's accuracy table (benchmarks/capacity_count.py) stays true:
+"""The counting harness of the capacity plan's accuracy table (benchmarks/capacity/count.py) stays true:
 its flash-attn cross-entropy stand-in computes what it stands in for, and a count of the tiny model agrees
-with the plan's terms (the full table: python benchmarks/capacity_accuracy.py, docs/capacity.md)."""
+with the plan's terms (the full table: python benchmarks/capacity/accuracy.py, docs/capacity.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from runners.capacity import trainer_memory
 from runners.config.model_shapes import ModelShape
 
 # the repository's own file, imported plainly: a break in it fails these tests (it is no optional dependency)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import capacity_count  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.capacity import count as capacity_count  # noqa: E402
 
 
 def test_flash_cross_entropy_stand_in_equals_log_softmax_and_its_gradient():

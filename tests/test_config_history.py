@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from runners.config import CONF_DIR
 from runners.config.config_error import ConfigError
-from runners.config.config_history import with_added_keys
+from runners.config.config_history import as_current
 from runners.run import peer_keys
 from runners.run.provenance import config_sha256
 from runners.run.run_folder import plan
@@ -41,9 +41,32 @@ def _config_yaml(tmp_path: Path, *extra: str) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
 
 
-def test_the_fixture_predates_the_key() -> None:
+def test_the_fixture_predates_the_key_and_the_embedded_backends_name() -> None:
     config = yaml.safe_load((FIXTURE / "config.yaml").read_text())
     assert "numerics" not in config["eval"]
+    assert config["backend"]["name"] == "local"  # the resumes below read the old name as today's
+
+
+def test_an_old_value_is_read_under_its_current_name() -> None:
+    old = {"backend": {"name": "local"}, "eval": {}}
+    current = as_current(old)
+    assert current["backend"]["name"] == "embedded"
+    assert current["eval"]["numerics"] == "scenario"  # what an embedded run did before the key
+    assert old == {"backend": {"name": "local"}, "eval": {}}  # the argument is not changed
+    assert as_current({"backend": {"name": "verl"}})["backend"]["name"] == "verl"
+
+
+def test_an_old_option_composes_todays_and_is_not_offered() -> None:
+    from runners.config.config_checks import group_options
+    from runners.config.config_history import RENAMED_OPTIONS
+
+    for group, names in RENAMED_OPTIONS.items():
+        for old, current in names.items():
+            assert old not in group_options(group) and current in group_options(group)
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+                composed_old = compose(config_name="config", overrides=[f"{group}={old}"])
+                composed_current = compose(config_name="config", overrides=[f"{group}={current}"])
+            assert OmegaConf.to_yaml(composed_old, resolve=True) == OmegaConf.to_yaml(composed_current, resolve=True)
 
 
 def test_the_same_command_is_refused_naming_the_key_and_the_value_that_continues_it(old_run: Path) -> None:
@@ -76,8 +99,8 @@ def test_capacity_inputs_do_not_block_a_resume(old_run: Path) -> None:
 def test_the_report_pools_it_with_runs_scored_as_it_was() -> None:
     old = yaml.safe_load((FIXTURE / "config.yaml").read_text())
     assert peer_keys.setting(old)["eval.numerics"] == "scenario"
-    scenario = with_added_keys(old)
-    clean = with_added_keys(old)
+    scenario = as_current(old)
+    clean = as_current(old)
     clean["eval"]["numerics"] = "clean"
     assert peer_keys.differences(peer_keys.setting(old), peer_keys.setting(scenario)) == {}
     assert peer_keys.differences(peer_keys.setting(old), peer_keys.setting(clean)) == {
@@ -87,28 +110,28 @@ def test_the_report_pools_it_with_runs_scored_as_it_was() -> None:
 def test_a_verl_run_before_the_key_evaluated_clean() -> None:
     old = yaml.safe_load((FIXTURE / "config.yaml").read_text())
     old["backend"] = {"name": "verl"}
-    assert with_added_keys(old)["eval"]["numerics"] == "clean"
+    assert as_current(old)["eval"]["numerics"] == "clean"
 
 
 def test_a_key_present_is_left_alone() -> None:
     config = {"backend": {"name": "local"}, "eval": {"numerics": "clean"}}
-    assert with_added_keys(config)["eval"]["numerics"] == "clean"
+    assert as_current(config)["eval"]["numerics"] == "clean"
     assert config == {"backend": {"name": "local"}, "eval": {"numerics": "clean"}}
 
 
 def test_a_rehearsal_before_the_rollout_switch_sampled_with_the_standin() -> None:
     verl_run = {"backend": {"name": "verl", "platform": "cpu"}, "eval": {"numerics": "clean"}}
-    assert with_added_keys(verl_run)["backend"]["rehearsal_rollout"] == "standin"
+    assert as_current(verl_run)["backend"]["rehearsal_rollout"] == "standin"
     local_run = {"backend": {"name": "local"}, "eval": {"numerics": "scenario"}}
-    assert "rehearsal_rollout" not in with_added_keys(local_run)["backend"]  # no such key on that backend
+    assert "rehearsal_rollout" not in as_current(local_run)["backend"]  # no such key on that backend
     recorded = {"backend": {"name": "verl", "rehearsal_rollout": "vllm"}, "eval": {"numerics": "clean"}}
-    assert with_added_keys(recorded)["backend"]["rehearsal_rollout"] == "vllm"  # present: kept
+    assert as_current(recorded)["backend"]["rehearsal_rollout"] == "vllm"  # present: kept
 
 
 def test_a_verl_run_before_the_head_transport_key_took_the_head_as_flat_log_probs() -> None:
     verl_run = {"backend": {"name": "verl", "rollout_engine": {"name": "vllm"}}, "eval": {"numerics": "clean"}}
-    assert with_added_keys(verl_run)["backend"]["rollout_engine"]["head_transport"] == "flat_logprobs"
+    assert as_current(verl_run)["backend"]["rollout_engine"]["head_transport"] == "flat_logprobs"
     local_run = {"backend": {"name": "local"}, "eval": {"numerics": "scenario"}}
-    assert "rollout_engine" not in with_added_keys(local_run)["backend"]
+    assert "rollout_engine" not in as_current(local_run)["backend"]
     recorded = {"backend": {"name": "verl", "rollout_engine": {"head_transport": "logits_processor"}}}
-    assert with_added_keys(recorded)["backend"]["rollout_engine"]["head_transport"] == "logits_processor"
+    assert as_current(recorded)["backend"]["rollout_engine"]["head_transport"] == "logits_processor"

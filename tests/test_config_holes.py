@@ -3,7 +3,7 @@
 * an impossible ``results_root`` (``/proc/nope``: root passes the permission check there) is a config
   error: exit status 2, one line, nothing written;
 * ``backend.threads`` above the machine's cores is warned about on the console and in ``run.log``,
-  naming the key (a warning, not an error: ``runners.local.parallel.threads_warning`` says why).
+  naming the key (a warning, not an error: ``runners.embedded.parallel.threads_warning`` says why).
 
 (``method.top_k`` above the vocabulary is a row of ``tests/test_config_schema.py``'s table.)
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runners.local.parallel import threads_warning, usable_cores
+from runners.embedded.parallel import threads_warning, usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]

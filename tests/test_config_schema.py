@@ -77,7 +77,7 @@ BAD_CONFIGS = [
     (["method=pg", "rollout.top_k=20"], [r"rollout\.top_k=20", r"allowed: rollout\.top_p=1\.0 and rollout\.top_k=-1"]),
     (["eval.top_p=0.5"], [r"eval\.top_p=0\.5", r"only eval\.top_p=1\.0"]),
     (["backend.micro_batch_size=7"], [r"backend\.micro_batch_size=7", r"must divide .* = 160"]),
-    (["backend.name=remote"], [r"backend\.name='remote'", r"allowed: local, verl"]),
+    (["backend.name=remote"], [r"backend\.name='remote'", r"allowed: embedded, verl"]),
     # the verl backend (the reference experiment, dry run)
     ([EXPERIMENT, "scenario=fp8"], [r"scenario=fp8", r"allowed with backend=verl: scenario=default"]),
     ([EXPERIMENT, "scenario=stale8", "method=pg"], [r"scenario=stale8", r"scenario=default"]),
@@ -134,7 +134,7 @@ def test_head_size_is_set_once_per_setup():
 
 def test_every_group_yaml_names_its_schema():
     names = {(g, n) for g, n, _ in schema.STORED}
-    for group, option in (("backend", "local"), ("backend", "verl"), ("model", "tiny_qwen3"),
+    for group, option in (("backend", "embedded"), ("backend", "verl"), ("model", "tiny_qwen3"),
                           ("data", "synthetic_arith")):
         defaults = OmegaConf.load(config_checks.CONF_DIR / group / f"{option}.yaml").defaults
         assert defaults[0] in {n for g, n in names if g == group} and defaults[-1] == "_self_", (group, option)

@@ -118,7 +118,7 @@ def test_run_fields(run_dir):
 
 
 def test_seed_fixes_is_optional_and_checked(run_dir):
-    from runners.local.backend import SEED_FIXES
+    from runners.embedded.backend import SEED_FIXES
 
     assert check_run_dir(run_dir) == []  # records before seed_fixes stay valid
     _edit(run_dir, lambda d: d["run"].update(seed_fixes=SEED_FIXES))
@@ -139,7 +139,7 @@ def test_seed_fixes_is_optional_and_checked(run_dir):
 
 
 def test_seed_pairing_needs_both_records_the_same_streams_and_the_data_order():
-    from runners.local.backend import SEED_FIXES as LOCAL
+    from runners.embedded.backend import SEED_FIXES as LOCAL
     from runners.run.run_contract import seed_fixes_record, seed_pairing
     from runners.verl_side.backend.ingest import SEED_FIXES as VERL
 

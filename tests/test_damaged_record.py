@@ -24,8 +24,8 @@ from hydra import compose, initialize_config_dir
 
 from runners import launch
 from runners.config import CONF_DIR
-from runners.local import backend as local_backend
-from runners.local.backend import LocalRun
+from runners.embedded import backend as embedded_backend
+from runners.embedded.backend import EmbeddedRun
 from runners.run.contract_check import check_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,9 +108,9 @@ def test_an_extension_that_fails_before_its_attempt_leaves_config_yaml(finished_
     def broken(run_dir):
         raise OSError(5, "Input/output error", str(run_dir))
 
-    monkeypatch.setattr(local_backend, "load_latest", broken)
+    monkeypatch.setattr(embedded_backend, "load_latest", broken)
     with pytest.raises(OSError):
-        LocalRun(cfg, run, "sha").run()
+        EmbeddedRun(cfg, run, "sha").run()
     assert (run / "config.yaml").read_text() == config  # the original command still resumes
     assert run_launch([*SMALL, f"results_root={root}"]).returncode == 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ablations.data import (
+from math_data import (
     DataPrepError,
     load_rows,
     overlap_report,
@@ -23,9 +23,9 @@ from ablations.data import (
     prepare_train,
     write_parquet,
 )
-from ablations.data.__main__ import main as data_main
-from ablations.data.overlap import normalise
-from ablations.data.prompting import INSTRUCTION_HEAD, prompt_token_count, wrap_problem
+from math_data.__main__ import main as data_main
+from math_data.overlap import normalise
+from math_data.prompting import INSTRUCTION_HEAD, prompt_token_count, wrap_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 DAPO = FIXTURES / "dapo_processed.jsonl"
@@ -360,3 +360,16 @@ def test_launch_keys_resolve_to_the_project_reward():
         data_source="aime2025", solution_str="Answer: 60", ground_truth="60", extra_info={"problem_id": "p"}
     )
     assert (out["score"], out["problem_id"]) == (1.0, "p")
+
+
+def test_the_old_command_says_the_new_one_and_runs_it():
+    """``python -m ablations.data`` (the command before the preparation had its own package) still runs."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "ablations.data", "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert "python -m ablations.data is now python -m math_data" in out.stderr
+    assert out.stdout.startswith("usage: python -m math_data")

@@ -1,6 +1,6 @@
-"""The device check (benchmarks/device_check.sh) runs where only torch and transformers are installed.
+"""The device check (benchmarks/device_check/device_check.sh) runs where only torch and transformers are installed.
 
-The main test runs ``bash benchmarks/device_check.sh --cpu-small`` as on the borrowed GPU machine:
+The main test runs ``bash benchmarks/device_check/device_check.sh --cpu-small`` as on the borrowed GPU machine:
 ``python3`` from ``PATH`` (a shim running this interpreter), the script's own ``PYTHONPATH``, and
 verl, Ray, vLLM, Hydra and OmegaConf hidden by ``tests/fixtures/torch_only/sitecustomize.py`` (every
 import finder wrapped so those names are not found, wherever they are installed). It checks the JSON:
@@ -45,7 +45,7 @@ def test_cpu_small_runs_without_the_gpu_stack(tmp_path):
     for name in HIDDEN:  # the hook is active: each of them fails as if not installed
         probe = subprocess.run(["python3", "-c", f"import {name}"], env=env, capture_output=True, text=True)
         assert probe.returncode == 1 and f"No module named '{name}'" in probe.stderr, (name, probe.stderr)
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "device_check.sh"), "--cpu-small"], env=env,
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "device_check" / "device_check.sh"), "--cpu-small"], env=env,
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((tmp_path / "out" / "device_check.json").read_text())
@@ -89,12 +89,11 @@ def test_cpu_small_runs_without_the_gpu_stack(tmp_path):
 
 @pytest.fixture
 def bench(monkeypatch):
-    """The device check's modules, imported from benchmarks/ as the script imports them."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import device_capacity
-    import device_check
+    """The device check's modules (the package ``benchmarks.device_check``, from the repository root)."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.device_check import capacity, check
 
-    return types.SimpleNamespace(check=device_check, capacity=device_capacity)
+    return types.SimpleNamespace(check=check, capacity=capacity)
 
 
 def test_capacity_plan_terms_are_compared_with_the_measured_rows(bench, monkeypatch):
@@ -122,7 +121,8 @@ def test_capacity_plan_terms_are_compared_with_the_measured_rows(bench, monkeypa
     assert first["plan_model_states_over_measured"] == 1.0 and first["plan_total_from"] == "total"
     assert second["skipped"] == "out of memory: x"
 
-    import device_report
+    from benchmarks.device_check import report as device_report
+
     meta = {"device": "d", "torch": "t", "cuda": None, "transformers": "x", "python": "3", "mode": "gpu", "started": "s"}
     report = {"meta": meta, "parts": {"capacity_plan": {"status": "ok", "reason": "", "result": result}}}
     text = device_report.markdown(report)
@@ -157,8 +157,9 @@ def test_without_cuda_each_gpu_part_says_so(bench, tmp_path, monkeypatch):
 
 def test_an_arm_above_the_memory_limit_is_skipped_and_a_spent_budget_stops_the_repeats(bench):
     import torch
-    from device_head import estimate_bytes, run
-    from device_measure import Budget, PartSkipped
+
+    from benchmarks.device_check.head import estimate_bytes, run
+    from benchmarks.device_check.measure import Budget, PartSkipped
 
     sizes = {"tokens": 64, "vocab": 1000, "k": 8, "chunk_rows": 32}
     limit = estimate_bytes("pg_torch", 64, 1000, 8, 32) - 1

@@ -7,7 +7,7 @@
   trainer recomputation, and its draws are those of the on-policy sampler;
 * every knob of ``backend.sampler`` is either a numerics knob with an identity value or a schedule key,
   so a knob added later cannot leak into a "clean" evaluation unnoticed;
-* end to end, on a real ``LocalRun`` at step 0 (one base model): under ``clean`` a ``kv4`` run and an
+* end to end, on a real ``EmbeddedRun`` at step 0 (one base model): under ``clean`` a ``kv4`` run and an
   on-policy run write the same evaluation file byte for byte; under ``scenario`` the ``kv4`` one differs;
 * the training trajectory does not depend on ``eval.numerics`` (the evaluation has its own sampler
   and streams).
@@ -23,10 +23,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runners.config import config_checks, schema
-from runners.local.backend import LocalRun
-from runners.local.evaluate import eval_sampler_config, val_file
-from runners.local.sampler import CLEAN_NUMERICS, SCHEDULE_KEYS, Sampler, clean_sampler_config
-from runners.local.trainer import response_logits
+from runners.embedded.backend import EmbeddedRun
+from runners.embedded.evaluate import eval_sampler_config, val_file
+from runners.embedded.sampler import CLEAN_NUMERICS, SCHEDULE_KEYS, Sampler, clean_sampler_config
+from runners.embedded.trainer import response_logits
 from runners.run.provenance import config_sha256
 from runners.tiny.arithmetic_task import ArithmeticTask, prompt_token_ids
 from runners.tiny.model import build_model
@@ -48,7 +48,7 @@ def test_clean_is_the_default_and_is_in_the_recorded_config():
 
 
 def test_every_sampler_knob_is_numerics_or_schedule():
-    fields = {f.name for f in dataclasses.fields(schema.LocalSamplerConfig)}
+    fields = {f.name for f in dataclasses.fields(schema.EmbeddedSamplerConfig)}
     assert fields == set(CLEAN_NUMERICS) | SCHEDULE_KEYS
     assert not set(CLEAN_NUMERICS) & SCHEDULE_KEYS
     cfg = composed(["scenario=kv4"]).backend.sampler
@@ -96,7 +96,7 @@ def _step0_eval(tmp_path, scenario: str, numerics: str) -> bytes:
     overrides = [f"scenario={scenario}", f"eval.numerics={numerics}", "eval.n=2", "seed=3",
                  f"results_root={tmp_path}", "backend.threads=1"]
     run_dir = tmp_path / f"{scenario}-{numerics}"
-    run = LocalRun(composed(overrides), run_dir, config_sha256(str(overrides)))
+    run = EmbeddedRun(composed(overrides), run_dir, config_sha256(str(overrides)))
     run.evaluate()
     return val_file(run_dir, 0).read_bytes()
 
@@ -113,7 +113,7 @@ def test_training_does_not_depend_on_eval_numerics(tmp_path):
     for numerics in ("clean", "scenario"):
         overrides = ["scenario=kv4", f"eval.numerics={numerics}", "eval.n=2", "trainer.prompts_per_step=8",
                      "backend.micro_batch_size=40", f"results_root={tmp_path}", "backend.threads=1"]
-        run = LocalRun(composed(overrides), tmp_path / numerics, config_sha256(numerics))
+        run = EmbeddedRun(composed(overrides), tmp_path / numerics, config_sha256(numerics))
         run.restore()
         steps = []
         for _ in range(3):

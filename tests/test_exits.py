@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from runners import launch, validate
 from runners.config import config_checks
 from runners.config.config_error import ConfigError
-from runners.local.backend import LocalRun
+from runners.embedded.backend import EmbeddedRun
 from runners.run.provenance import config_sha256
 from runners.run.run_error import RunError
 from runners.verl_side.backend.dry_run import failure_line
@@ -75,7 +75,7 @@ def test_ctrl_c_is_recorded_as_stopped_by_the_user(tmp_path, monkeypatch):
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = validate.run_dir_of(cfg)
     run_dir.mkdir(parents=True)
-    run = LocalRun(cfg, run_dir, config_sha256("x"))
+    run = EmbeddedRun(cfg, run_dir, config_sha256("x"))
     original = run.train_step
 
     def train_step():
@@ -114,7 +114,7 @@ def test_the_device_check_with_an_unwritable_out_is_one_line(tmp_path):
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--cpu-small", "--out",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.device_check", "--cpu-small", "--out",
                            str(blocker / "out")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().startswith(f"device_check: cannot write the report into OUT={blocker / 'out'}")

@@ -1,4 +1,4 @@
-"""The Monte Carlo estimator of benchmarks/gradient_bias.py recovers a known bias through the noise."""
+"""The Monte Carlo estimator of benchmarks/arms/gradient_bias.py recovers a known bias through the noise."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gradient_bias.py"
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "arms" / "gradient_bias.py"
 _spec = importlib.util.spec_from_file_location("gradient_bias", _PATH)
 gradient_bias = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gradient_bias)

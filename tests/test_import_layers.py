@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("ablations", "analysis", "runners")
+PACKAGES = ("ablations", "analysis", "math_data", "runners")
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 

@@ -18,7 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from runners.config import config_checks
-from runners.local.parallel import check_parallel_threads, joblib_n_jobs
+from runners.embedded.parallel import check_parallel_threads, joblib_n_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]

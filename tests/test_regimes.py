@@ -3,7 +3,7 @@
 * **Regime A** (``kv<b>_sync``): quantization mismatch alone. Every level is synchronous (staleness 0 at
   every step), differs from the others only in the KV-cache width, and the mismatch grows down the
   ladder 8 -> 6 -> 5 -> 4 -> 3 -> 2 bits (exact full-vocabulary KL(q || p)).
-* **Regime B** (``refresh<N>``): staleness alone. On a real ``LocalRun`` (real sampler, TIS arm) the
+* **Regime B** (``refresh<N>``): staleness alone. On a real ``EmbeddedRun`` (real sampler, TIS arm) the
   sampler's weights at every step are exactly the trainer's weights of the last refresh step
   (N x floor(t / N)), every trained group has staleness t mod N, and the TIS clip fraction is logged
   at every step; a stand-in sampler checks the staleness pattern over many periods cheaply.
@@ -16,10 +16,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from runners.config import config_checks
-from runners.local.backend import LocalRun
-from runners.local.replay_buffer import Group
-from runners.local.sampler import Sampler
-from runners.local.trainer import response_logits
+from runners.embedded.backend import EmbeddedRun
+from runners.embedded.replay_buffer import Group
+from runners.embedded.sampler import Sampler
+from runners.embedded.trainer import response_logits
 from runners.run.provenance import config_sha256
 from runners.tiny.arithmetic_task import ArithmeticTask, prompt_token_ids
 from runners.tiny.model import build_model
@@ -34,10 +34,10 @@ def composed(overrides: list[str]):
 
 
 def stand_in_schedule(tmp_path, overrides: list[str], steps: int) -> list[list[int]]:
-    """Staleness of every trained group per step, from ``LocalRun.next_batch`` with a sampler stand-in that
+    """Staleness of every trained group per step, from ``EmbeddedRun.next_batch`` with a sampler stand-in that
     tags groups with the version the real sampler would hold (the last step the backend synced it at)."""
     cfg = composed([*overrides, f"results_root={tmp_path}", "backend.threads=1"])
-    run = LocalRun(cfg, tmp_path / "schedule", config_sha256(str(overrides)))
+    run = EmbeddedRun(cfg, tmp_path / "schedule", config_sha256(str(overrides)))
     n, sync, held = cfg.trainer.n, cfg.rollout.parameter_sync_step, [0]
     run.produce = lambda count: [Group(problem=None, version=held[0], rollout=None, scores=[0.0] * n, accs=[0] * n)
                                  for _ in range(count)]
@@ -97,7 +97,7 @@ def test_regime_b_sampler_holds_the_weights_of_the_last_refresh(tmp_path):
     overrides = ["scenario=refresh8", f"rollout.parameter_sync_step={period}", f"rollout.max_staleness={period - 1}",
                  "method=tis", "trainer.prompts_per_step=4", "backend.micro_batch_size=20", "eval.n=1",
                  f"results_root={tmp_path}", "backend.threads=1"]
-    run = LocalRun(composed(overrides), tmp_path / "refresh", config_sha256("refresh"))
+    run = EmbeddedRun(composed(overrides), tmp_path / "refresh", config_sha256("refresh"))
     run.restore()
     trainer_states = {0: {k: v.clone() for k, v in run.trainer.model.state_dict().items()}}
     for step in range(steps):

@@ -24,11 +24,11 @@ from runners.run.peer_keys import INERT_KEYS, is_pooling_key, setting
 from runners.run.provenance import config_sha256
 from runners.run.run_record import record_config_sha256
 
-BASE = {"local": [], "verl": ["+experiment=qwen3_4b_sc_repro"]}
+BASE = {"embedded": [], "verl": ["+experiment=qwen3_4b_sc_repro"]}
 #: One key changed at a time: learning rate, scenario, head size k, staleness, model, an evaluation key.
 CHANGES = {
-    "local": [("trainer.lr", "0.002"), ("scenario", "kv4"), ("method.top_k", "4"), ("rollout.max_staleness", "8"),
-              ("model.hidden_size", "96"), ("eval.temperature", "0.6")],
+    "embedded": [("trainer.lr", "0.002"), ("scenario", "kv4"), ("method.top_k", "4"), ("rollout.max_staleness", "8"),
+                 ("model.hidden_size", "96"), ("eval.temperature", "0.6")],
     "verl": [("trainer.lr", "2e-06"), ("method.top_k", "64"), ("rollout.max_staleness", "8"),
              ("model.path", "Qwen/Qwen3-8B"), ("eval.temperature", "0.6")],
 }
@@ -80,9 +80,9 @@ def test_a_run_trained_differently_is_shown_apart(tmp_path, backend, change):
     assert "trained differently from their peers" in str(err.value) and key in str(err.value)
 
 
-@pytest.mark.parametrize("backend", ["local", "verl"])
+@pytest.mark.parametrize("backend", ["embedded", "verl"])
 def test_runs_that_agree_are_pooled_and_inert_keys_do_not_split(tmp_path, backend):
-    inert = ["backend.logger=[console]" if backend == "local" else "backend.ingest_interval_s=30", "trainer.resume=disable"]
+    inert = ["backend.logger=[console]" if backend == "embedded" else "backend.ingest_interval_s=30", "trainer.resume=disable"]
     root = tmp_path / "s"
     for method in ("pg", "sc"):
         for seed in (1, 2):
@@ -107,7 +107,7 @@ def test_keys_a_multirun_varies_become_named_rows(tmp_path):
     for method in ("pg", "sc"):
         for lr in ("0.001", "0.002"):
             for seed in (1, 2):
-                cfg = _config("local", method, seed, [f"trainer.lr={lr}", f"run_name={method}-lr{lr}-seed{seed}"])
+                cfg = _config("embedded", method, seed, [f"trainer.lr={lr}", f"run_name={method}-lr{lr}-seed{seed}"])
                 _run(root, method, seed, cfg, name=cfg["run_name"])
     (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": [
         "method=pg,sc", "seed=1,2", "trainer.lr=0.001,0.002", "run_name=${method.name}-lr${trainer.lr}-seed${seed}"]}}}))
@@ -120,7 +120,7 @@ def test_keys_a_multirun_varies_become_named_rows(tmp_path):
 
 
 def test_cli_warns_and_strict_refuses(tmp_path, capsys):
-    root = _sweep(tmp_path / "s", "local", ("trainer.lr", "0.002"))
+    root = _sweep(tmp_path / "s", "embedded", ("trainer.lr", "0.002"))
     assert analysis_main([str(root), "--no-figures", "--n-boot", "100"]) == 0
     err = capsys.readouterr().err
     assert "1 run(s) trained differently from their peers" in err
@@ -135,12 +135,12 @@ def test_the_launcher_warns_when_a_launch_differs_from_its_siblings(tmp_path, ca
 
     root = tmp_path / "results" / "sweep"
     for seed in (1, 2):
-        _run(root, "sc", seed, _config("local", "sc", seed))
-    new = _config("local", "sc", 6, ["trainer.lr=0.002"])
+        _run(root, "sc", seed, _config("embedded", "sc", seed))
+    new = _config("embedded", "sc", 6, ["trainer.lr=0.002"])
     lines = warn_unlike_siblings({root / "sc-seed6": OmegaConf.create(new)}, [["seed=6", "trainer.lr=0.002"]])
     assert len(lines) == 1 and "trainer.lr=0.002 (theirs: 0.0002)" in lines[0]
     assert "trainer.lr=0.002" in capsys.readouterr().err
-    same = _config("local", "pg", 6)
+    same = _config("embedded", "pg", 6)
     assert warn_unlike_siblings({root / "pg-seed6": OmegaConf.create(same)}, [["method=pg", "seed=6"]]) == []
     # a key this launch varies across its own jobs is varied on purpose: no warning
     assert warn_unlike_siblings({root / "sc-seed6": OmegaConf.create(new)},

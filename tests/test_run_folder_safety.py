@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from runners import validate
 from runners.config import config_checks, config_error
-from runners.local.backend import LocalRun
+from runners.embedded.backend import EmbeddedRun
 from runners.run import run_lock, run_record
 from runners.run.contract_check import check_run_dir
 from runners.run.provenance import config_sha256
@@ -43,7 +43,7 @@ def cache_dir(tmp_path_factory) -> Path:
 
 
 def small(results: Path, cache: Path, steps: int) -> list[str]:
-    """Overrides for a seconds-long run (as in test_local_backend), at one thread."""
+    """Overrides for a seconds-long run (as in test_embedded_backend), at one thread."""
     return [
         f"results_root={results}", f"backend.cache_dir={cache}", f"trainer.total_steps={steps}",
         "trainer.prompts_per_step=8", "trainer.n=4", "backend.micro_batch_size=16", "trainer.test_freq=2",
@@ -231,7 +231,7 @@ def test_verl_keeps_the_lock_while_it_runs_even_if_its_launcher_is_killed(tmp_pa
 def test_killed_attempt_ends_at_its_last_completed_step(tmp_path, monkeypatch):
     clock = iter(f"2026-01-01T00:00:0{i}+00:00" for i in range(10))
     monkeypatch.setattr(run_record, "utc_now", lambda: next(clock))
-    record = RunRecord.open(tmp_path, name="pg-seed1", method="pg", seed=1, backend="local", total_steps=5,
+    record = RunRecord.open(tmp_path, name="pg-seed1", method="pg", seed=1, backend="embedded", total_steps=5,
                             config_sha256="ab", versions={})
     record.start_attempt(0)  # started at :00
     record.add_train({"step": 1})  # :01
@@ -363,7 +363,7 @@ def test_extending_a_run_equals_the_longer_run_bit_for_bit(tmp_path, cache_dir):
                              "sweep=straight"])
     straight = validate.run_dir_of(straight_cfg)
     straight.mkdir(parents=True)
-    LocalRun(straight_cfg, straight, config_sha256("x")).run()
+    EmbeddedRun(straight_cfg, straight, config_sha256("x")).run()
 
     assert read_train(run_dir) == read_train(straight)
     record = json.loads((run_dir / "metrics.json").read_text())

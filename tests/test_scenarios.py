@@ -18,10 +18,10 @@ from hydra import compose, initialize_config_dir
 
 from ablations.score_centering import centering_term, head_log_probs
 from runners.config import config_checks
-from runners.local.backend import LocalRun
-from runners.local.replay_buffer import Group
-from runners.local.sampler import Sampler
-from runners.local.trainer import response_logits
+from runners.embedded.backend import EmbeddedRun
+from runners.embedded.replay_buffer import Group
+from runners.embedded.sampler import Sampler
+from runners.embedded.trainer import response_logits
 from runners.run.provenance import config_sha256
 from runners.tiny.arithmetic_task import ArithmeticTask, prompt_token_ids
 from runners.tiny.model import build_model
@@ -121,10 +121,10 @@ def test_numerics_knobs_move_the_sampler_in_the_expected_direction(kls):
 
 @pytest.mark.parametrize(("scenario", "staleness"), [("on_policy", 0), ("stale_worst", 4), ("fp8_sync", 0), ("noise_large_sync", 0)])
 def test_staleness_reaches_the_configured_bound(tmp_path, scenario, staleness):
-    """Constant-staleness scenarios, on a real LocalRun whose sampler is a stand-in that tags groups with
+    """Constant-staleness scenarios, on a real EmbeddedRun whose sampler is a stand-in that tags groups with
     the current version (parameter_sync_step = 1); the default's spread over 0..4 is tested in test_staleness.py."""
     cfg = composed([f"scenario={scenario}", f"results_root={tmp_path}", "backend.threads=1"])
-    run = LocalRun(cfg, tmp_path / scenario, config_sha256(scenario))
+    run = EmbeddedRun(cfg, tmp_path / scenario, config_sha256(scenario))
     n = cfg.trainer.n
     run.produce = lambda count: [Group(problem=None, version=run.step, rollout=None, scores=[0.0] * n,
                                        accs=[0] * n) for _ in range(count)]

@@ -1,4 +1,4 @@
-"""The scratchpad task (runners/tiny/scratchpad_task.py) and the per-step diagnostics (runners/local/diagnostics.py)."""
+"""The scratchpad task (runners/tiny/scratchpad_task.py) and the per-step diagnostics (runners/embedded/diagnostics.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from runners.local.diagnostics import CenteringGradient, shared_context
+from runners.embedded.diagnostics import CenteringGradient, shared_context
 from runners.tiny.arithmetic_task import prompt_token_ids
 from runners.tiny.scratchpad_task import ScratchpadSumTask, scratchpad
 from runners.tiny.task_by_name import build_task
@@ -64,7 +64,7 @@ def test_held_out_sets_are_never_trained_on(task):
     ("terms", 1, "data.terms must be an integer >= 2"),
     ("terms", 10, "data.terms must be an integer in 2 .. 9"),
     ("max_term", 12, "data.max_term must be an integer in 1 .. 9"),
-    ("name", "nope", "data.name='nope'; the local backend's tasks are"),
+    ("name", "nope", "data.name='nope'; the embedded backend's tasks are"),
 ])
 def test_bad_task_config_names_the_key(key, value, message):
     cfg = copy.deepcopy(DATA_CFG)

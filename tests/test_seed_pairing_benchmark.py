@@ -1,4 +1,4 @@
-"""benchmarks/seed_pairing.py: the drift study's seeds are read as published, the correlations are Pearson's."""
+"""benchmarks/report/seed_pairing.py: the drift study's seeds are read as published, the correlations are Pearson's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "seed_pairing.py"
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "report" / "seed_pairing.py"
 _spec = importlib.util.spec_from_file_location("seed_pairing", _PATH)
 seed_pairing = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(seed_pairing)

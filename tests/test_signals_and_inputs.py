@@ -117,7 +117,7 @@ def test_a_full_disk_during_a_checkpoint_save_is_enospc_naming_the_file(tmp_path
 
     import torch
 
-    from runners.local import checkpoint
+    from runners.embedded import checkpoint
 
     class FullDisk(io.RawIOBase):
         """A file on a disk with 1 kB left."""

@@ -47,4 +47,4 @@ def test_embedded_default_runs_through_the_slurm_launcher_config(tmp_path):
         record = json.loads((run_dir / "metrics.json").read_text())
         assert record["run"]["status"] == "finished" and [r["step"] for r in record["train"]] == [1, 2]
         assert (run_dir / ".hydra" / "config.yaml").is_file()
-        assert f"run {method}-seed7 (local backend)" in (run_dir / "run.log").read_text()
+        assert f"run {method}-seed7 (embedded backend)" in (run_dir / "run.log").read_text()

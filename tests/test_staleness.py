@@ -1,9 +1,9 @@
-"""The async miniature's staleness schedule (runners/local/schedule.py): a spread as in verl, the worst case kept.
+"""The async miniature's staleness schedule (runners/embedded/schedule.py): a spread as in verl, the worst case kept.
 
 * the throughput factor is lognormal with mean 1 and the configured coefficient of variation,
   and exactly 1 (no draw) at jitter 0;
 * the per-step histogram metric counts groups per staleness bucket and refuses impossible values;
-* ``LocalRun.next_batch`` (a real ``LocalRun``, its sampler replaced by a stand-in that tags groups
+* ``EmbeddedRun.next_batch`` (a real ``EmbeddedRun``, its sampler replaced by a stand-in that tags groups
   with the current version) follows the schedule as schedule.py describes it, re-implemented here
   on a list of versions: the default spreads staleness over every bucket 0..4, ``stale8`` over 0..8,
   and ``stale_worst``'s schedule is derived by hand (every group exactly 4 versions old from step 19
@@ -22,9 +22,9 @@ from omegaconf import OmegaConf
 
 from runners import validate
 from runners.config import config_checks
-from runners.local.backend import LocalRun
-from runners.local.replay_buffer import Group
-from runners.local.schedule import STALENESS_PREFIX, staleness_histogram, throughput_factor
+from runners.embedded.backend import EmbeddedRun
+from runners.embedded.replay_buffer import Group
+from runners.embedded.schedule import STALENESS_PREFIX, staleness_histogram, throughput_factor
 from runners.run.provenance import config_sha256
 
 STEPS, SEED = 150, 42
@@ -55,9 +55,9 @@ def test_histogram_metric_counts_groups_per_bucket():
 
 
 def schedule(root, scenario: str, steps: int = STEPS, seed: int = SEED) -> list[list[int]]:
-    """Staleness of every trained group, per step, from a real LocalRun's next_batch with a stand-in sampler."""
+    """Staleness of every trained group, per step, from a real EmbeddedRun's next_batch with a stand-in sampler."""
     cfg = composed([f"scenario={scenario}", f"seed={seed}", f"results_root={root}", "backend.threads=1"])
-    run = LocalRun(cfg, root / scenario, config_sha256(scenario))
+    run = EmbeddedRun(cfg, root / scenario, config_sha256(scenario))
     n = cfg.trainer.n
     run.produce = lambda count: [Group(problem=None, version=run.step, rollout=None, scores=[0.0] * n,
                                        accs=[0] * n) for _ in range(count)]  # the sampler syncs every step

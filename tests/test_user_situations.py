@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from runners import launch
-from runners.local import trackers
+from runners.embedded import trackers
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(ROOT / "runners" / "launch.py")]
@@ -30,7 +30,7 @@ REHEARSAL = "+experiment=rehearsal"
 
 
 def small(results: Path) -> list[str]:
-    """A seconds-long embedded run (as in tests/test_local_trackers.py)."""
+    """A seconds-long embedded run (as in tests/test_embedded_trackers.py)."""
     return [f"results_root={results}", "trainer.total_steps=2", "trainer.prompts_per_step=4", "trainer.n=2",
             "backend.micro_batch_size=8", "eval.n=1", "trainer.test_freq=2", "trainer.save_freq=2",
             "backend.threads=1"]

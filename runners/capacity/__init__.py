@@ -22,7 +22,7 @@ launch fits and what it costs, and a launch that cannot fit is refused before Ra
   0.9.1's V1 timers, the decode speed fitted, never a budget below the measurement.
 
 ``trainer_memory`` and ``rollout_memory`` (with :mod:`runners.config.model_shapes`) import nothing but the
-standard library, so the device check runs them on a machine with torch alone (``benchmarks/device_capacity.py``);
+standard library, so the device check runs them on a machine with torch alone (``benchmarks/device_check/capacity.py``);
 ``timing`` takes its assumptions as the schema's dataclass (:class:`runners.config.schema.TimeAssumptions`,
 ``backend.capacity.time``); ``plan`` reads an OmegaConf config. What each term counts and how well it matches torch's own accounting:
 docs/capacity.md.

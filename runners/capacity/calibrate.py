@@ -149,7 +149,7 @@ def run_config(run_dir: Path, changes: list[str]) -> DictConfig:
         raise ConfigError(f"--from-run {run_dir}: backend.name={OmegaConf.select(cfg, 'backend.name')}: a verl run's "
                           "first steps are what the plan calibrates from")
     parsed: dict[str, Any] = {}
-    if OmegaConf.select(cfg, "gpu.intra_node_link") is None:  # a run made before issue 43: its preset's link
+    if OmegaConf.select(cfg, "gpu.intra_node_link") is None:  # a config older than the key: its preset's link
         parsed["gpu.intra_node_link"] = gpu_preset(str(cfg.gpu.name))["intra_node_link"]
     for change in changes:
         key, sep, value = change.partition("=")

@@ -81,7 +81,7 @@ def _override_key(item: str) -> str | None:
 def _sequence_parallel(i: Inputs) -> dict[str, Any] | None:
     """Ulysses SP doubled with the budget per GPU at one sequence over the SP ranks: each rank's logits and
     activations cover half the tokens. Only where the trainer GPUs split into SP groups (the launch checks refuse
-    heads that do not split)."""
+    attention heads that do not split)."""
     size = 2 * i.sequence_parallel
     if i.shared_gpu or i.trainer_gpus % size:
         return None

@@ -8,7 +8,7 @@ pins 0.31), and the KV cache gets the rest. The CUDA context comes on top, in th
 * **weights** per rank: ``N x dtype bytes / TP`` (every matrix, the embedding and the LM head are split
   over the ranks; the norms, replicated, are negligible);
 * **KV cache per token** per rank: ``2 (K and V) x L x ceil(kv_heads / TP) x head_dim x dtype bytes`` (a
-  rank holds at least one KV head: heads are replicated when TP exceeds them); Qwen3-4B in bf16 at TP 1:
+  rank holds at least one KV head: KV heads are replicated when TP exceeds them); Qwen3-4B in bf16 at TP 1:
   147,456 bytes;
 * **activation peak** of the profiling forward: ``max_num_batched_tokens`` tokens through one layer at a
   time (the hidden state three times, the q/k/v projection, the MLP's gate, up and product: ``6 h + 2 (q +
@@ -45,8 +45,8 @@ class RolloutSetup:
 
 def kv_bytes_per_token(shape: ModelShape, tensor_parallel: int, kv_dtype_bytes: int = 2) -> int:
     """KV-cache bytes per token on one tensor-parallel rank."""
-    heads = math.ceil(shape.num_key_value_heads / tensor_parallel)
-    return 2 * shape.num_hidden_layers * heads * shape.head_dim * kv_dtype_bytes
+    kv_heads_per_rank = math.ceil(shape.num_key_value_heads / tensor_parallel)
+    return 2 * shape.num_hidden_layers * kv_heads_per_rank * shape.head_dim * kv_dtype_bytes
 
 
 def activation_peak_bytes(shape: ModelShape, setup: RolloutSetup) -> int:

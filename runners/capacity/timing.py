@@ -161,7 +161,7 @@ def all_reduce_seconds(message_bytes: float, ranks: int, link: Link) -> float:
 
 def all_to_all_seconds(message_bytes: float, ranks: int, link: Link) -> float:
     """An all-to-all of ``message_bytes`` per rank over ``ranks`` GPUs: ``(n - 1) / n`` of it leaves each rank,
-    ``n - 1`` latencies (Ulysses' head/sequence exchange; 0 on one GPU)."""
+    ``n - 1`` latencies (Ulysses' attention-head/sequence exchange; 0 on one GPU)."""
     if ranks <= 1:
         return 0.0
     return (ranks - 1) / ranks * message_bytes / link.bytes_per_s + (ranks - 1) * link.latency_s
@@ -323,7 +323,7 @@ def generation(shape: ModelShape, sequences: int, prompt: float, response: float
 
 def verl_flops(shape: ModelShape, tokens: float, square_tokens: float) -> float:
     """Training FLOPs as verl 0.9.1 counts them for ``perf/mfu/actor`` (``_estimate_qwen2_flops``, which Qwen3
-    uses): ``6 x dense x tokens + 6 x sum(s^2) x head_dim x heads x L``, ``dense = L (3 h I + h (q + 2 kv + q))
+    uses): ``6 x dense x tokens + 6 x sum(s^2) x head_dim x attention_heads x L``, ``dense = L (3 h I + h (q + 2 kv + q))
     + 2 V h``; ``square_tokens`` is the sum of the sequences' squared lengths."""
     h = shape.hidden_size
     dense = (shape.num_hidden_layers * (3 * h * shape.intermediate_size + h * (2 * shape.q_dim + 2 * shape.kv_dim))

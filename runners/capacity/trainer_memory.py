@@ -4,7 +4,7 @@ The update of verl 0.9.1's FSDP engine on one packed micro-batch of ``T`` tokens
 for a Qwen3 decoder (``h`` hidden, ``q``/``kv`` attention widths, ``I`` MLP width, ``L`` layers, ``V``
 vocabulary, ``N`` parameters, ``P_l`` per layer), sharded over ``D`` GPUs, the forward under bf16 autocast.
 Every term was checked against torch's own accounting of the same step on fake tensors
-(``benchmarks/capacity_count.py``; the table in docs/capacity.md):
+(``benchmarks/capacity/count.py``; the table in docs/capacity.md):
 
 * **model states** ``16 N / D``: fp32 master weights, gradients and AdamW's two moments, sharded (0 with
   FSDP2's CPU offload policy); the gradients exist from the layers' backward to the step, and the step's
@@ -14,11 +14,11 @@ Every term was checked against torch's own accounting of the same step on fake t
   made the logits' gradient: then its bf16 weight and bf16 gradient (``4 V h``) beside that gradient; two bf16
   decoder layers (``4 P_l``: the one computing and the one prefetched); at the end of the backward the tied
   weight's second gradient, the gathered root and the fp32 copy for the reduce-scatter (``9 V h``).
-* **activations** per token: one decoder layer keeps ``A = 16 h + 10 q + 10 kv + 8 I + 8 heads + 4 kv_heads
+* **activations** per token: one decoder layer keeps ``A = 16 h + 10 q + 10 kv + 8 I + 8 attention_heads + 4 kv_heads
   + 8`` bytes (two RMSNorms, each an fp32 copy of its input, the normalised bf16 input and its output: ``8 h``;
   q: q-norm's fp32 copy and normalised value, the rotated q attention saves, the attention output ``4 + 2 + 2
   + 2``; k the same without the output, v ``2``; the MLP's gate, up, SiLU and product ``2 I`` each; fp32
-  rsqrt and log-sum-exp per head). With gradient checkpointing each layer keeps its bf16 input (``2 h``) and
+  rsqrt and log-sum-exp per attention head). With gradient checkpointing each layer keeps its bf16 input (``2 h``) and
   one layer is recomputed at a time, with its gate and up gradients in flight (``A + 4 I``); without it every
   layer keeps ``A``. The final norm keeps ``8 h`` until the logits' backward.
 * **logits**, in units of ``T V``: the bf16 block (2; twice with a temperature other than 1); the log-probs:

@@ -5,7 +5,7 @@
 2. the arm (:func:`check_arm`): a declared arm (``ablations/arms/``) whose method node keeps its declaration's
    shape, with thresholds verl's own parsers accept;
 3. cross-field rules (:func:`check_rules`): score centering needs the full distribution, a non-default
-   ``scenario`` only for the local backend, the local sampler's limits, micro-batches that divide the batch;
+   ``scenario`` only for the embedded backend, the embedded sampler's limits, micro-batches that divide the batch;
 4. the command line's keys (:func:`check_override_keys`) and the backend a config names (:func:`backend_module`).
 
 The checks of a whole launch (these, the trackers, the run folder, the backend's own) are ``runners/validate.py``.
@@ -21,19 +21,22 @@ from omegaconf import DictConfig, OmegaConf
 from ablations.arms import ArmSpec
 from runners.config import CONF_DIR, schema
 from runners.config.config_error import ConfigError
+from runners.config.config_history import RENAMED_OPTIONS
 
 #: Keys no config file sets but the code reads with a default, so adding them with ``+`` has an effect.
 OPTIONAL_KEYS = frozenset({"model.initializer_range", "model.rms_norm_eps", "model.enable_thinking"})
 #: Backends whose sampler the scenarios (``conf/scenario/*.yaml``: ``backend.sampler.*``) configure.
-SCENARIO_BACKENDS = ("local",)
+SCENARIO_BACKENDS = ("embedded",)
 
 
 def group_options(group: str) -> list[str]:
-    """The options of a config group: its ``conf/<group>/*.yaml`` files (not the schema bases Hydra also lists);
-    for ``method``, the declared arms (:func:`known_methods`)."""
+    """The options of a config group: its ``conf/<group>/*.yaml`` files (not the schema bases Hydra also lists,
+    nor an old name kept for old commands: ``config_history.RENAMED_OPTIONS``); for ``method``, the declared arms
+    (:func:`known_methods`)."""
     if group == "method":
         return known_methods()
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    old_names = RENAMED_OPTIONS.get(group, {})
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if p.stem not in old_names)
 
 
 def known_methods() -> list[str]:
@@ -68,7 +71,7 @@ def compose_checked(compose: Callable[[list[str]], DictConfig], overrides: list[
 
 
 def check_scenario(scenario: str, backend: str) -> None:
-    """A non-default scenario sets the embedded sampler's knobs: only the local backend has them."""
+    """A non-default scenario sets the embedded sampler's knobs: only the embedded backend has them."""
     if scenario != "default" and backend not in SCENARIO_BACKENDS:
         raise ConfigError(f"scenario={scenario} sets backend.sampler.* (the embedded sampler's mismatch), which "
                           f"backend={backend} does not have; allowed with backend={backend}: scenario=default")
@@ -152,14 +155,14 @@ def check_rules(cfg: DictConfig) -> None:
             f"score centering needs the sampler's full distribution: rollout.top_p={r.top_p}, "
             f"rollout.top_k={r.top_k}; allowed: rollout.top_p=1.0 and rollout.top_k=-1"
         )
-    if cfg.backend.name != "local":
+    if cfg.backend.name != "embedded":
         return
     b = cfg.backend
     if r.top_p != 1.0 or r.top_k != -1:
-        raise ConfigError(f"rollout.top_p={r.top_p}, rollout.top_k={r.top_k}: the local sampler draws from the "
+        raise ConfigError(f"rollout.top_p={r.top_p}, rollout.top_k={r.top_k}: the embedded sampler draws from the "
                           "full vocabulary; allowed: rollout.top_p=1.0 and rollout.top_k=-1")
     if cfg.eval.top_p != 1.0:
-        raise ConfigError(f"eval.top_p={cfg.eval.top_p}: the local sampler supports only eval.top_p=1.0")
+        raise ConfigError(f"eval.top_p={cfg.eval.top_p}: the embedded sampler supports only eval.top_p=1.0")
     responses = cfg.trainer.prompts_per_step * cfg.trainer.n
     if responses % b.micro_batch_size:
         raise ConfigError(f"backend.micro_batch_size={b.micro_batch_size} must divide trainer.prompts_per_step x "
@@ -208,7 +211,7 @@ def backend_module(cfg: DictConfig):
     """The backend package named by ``backend.name``."""
     import importlib
 
-    modules = {"local": "runners.local.backend", "verl": "runners.verl_side.backend"}
+    modules = {"embedded": "runners.embedded.backend", "verl": "runners.verl_side.backend"}
     if cfg.backend.name not in modules:
         raise ConfigError(f"backend.name={cfg.backend.name!r}; allowed: {', '.join(modules)}")
     return importlib.import_module(modules[cfg.backend.name])

@@ -1,4 +1,4 @@
-"""Keys added to the config after run folders were written, and what a run without them did.
+"""Keys added to the config after run folders were written, what a run without them did, and values renamed since.
 
 A run folder records its whole resolved config in ``config.yaml``. When a later version of the project
 adds a key, a folder written before it lacks the key, although the run behaved in one definite way. Two
@@ -12,6 +12,13 @@ readers need that way as a value:
 :data:`ADDED_KEYS` maps each such key to a function of the old config that returns the value which
 reproduces what that run did. A key added with a default that changes nothing for old runs needs no
 entry (the absent key and the default then differ, and the folder is refused, naming the key).
+
+:data:`RENAMED_VALUES` maps a key whose value got a new name for the same thing (``backend.name: local``,
+the embedded backend's name until it was called ``embedded``) to ``{old: current}``. :func:`as_current`
+gives both readers an old config in today's form: renamed values first, then the added keys.
+:data:`RENAMED_OPTIONS` names the config-group options kept under an old name for commands written before the
+rename (``backend=local``: ``conf/backend/local.yaml`` composes ``backend=embedded``); ``--help`` lists only
+today's names.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ def _eval_numerics(config: Mapping[str, Any]) -> str:
     the scenario's sampler numerics (``scenario``); verl's evaluation used the rollout engine, which has no
     scenario numerics, which is what ``clean`` means there."""
     backend = config.get("backend") or {}
-    return "scenario" if isinstance(backend, Mapping) and backend.get("name") == "local" else "clean"
+    return "scenario" if isinstance(backend, Mapping) and backend.get("name") == "embedded" else "clean"
 
 
 #: What a value function returns for a run the key does not apply to (it stays absent).
@@ -63,12 +70,37 @@ ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 }
 
 
-def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a nested config (a run's ``config.yaml``) with every key of :data:`ADDED_KEYS` that it
-    lacks set to what the run did. Keys present are left as they are."""
+#: ``{dotted key: {value an old run folder holds: today's name of the same value}}``.
+RENAMED_VALUES: dict[str, dict[Any, Any]] = {
+    "backend.name": {"local": "embedded"},
+}
+
+#: ``{config group: {old option: today's option}}``: each old option is a yaml of the group that composes today's.
+RENAMED_OPTIONS: dict[str, dict[str, str]] = {
+    "backend": {"local": "embedded"},
+}
+
+
+def _renamed(config: dict[str, Any]) -> None:
+    """Replace, in place, every old value of :data:`RENAMED_VALUES` that ``config`` holds by its current name."""
+    for dotted, names in RENAMED_VALUES.items():
+        *parents, leaf = dotted.split(".")
+        node: Any = config
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str | int) and node[leaf] in names:
+            node[leaf] = names[node[leaf]]
+
+
+def as_current(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a nested config (a run's ``config.yaml``) in today's form: each old value of
+    :data:`RENAMED_VALUES` replaced by its current name, then every key of :data:`ADDED_KEYS` that it lacks
+    set to what the run did. Keys present are left as they are."""
     out: dict[str, Any] = copy.deepcopy(dict(config))
+    _renamed(out)
+    renamed = copy.deepcopy(out)  # the value functions read today's names
     for dotted, value_of in ADDED_KEYS.items():
-        if (value := value_of(config)) is NOT_APPLICABLE:  # before walking: no empty parents for such a run
+        if (value := value_of(renamed)) is NOT_APPLICABLE:  # before walking: no empty parents for such a run
             continue
         *parents, leaf = dotted.split(".")
         node: Any = out

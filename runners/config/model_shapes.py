@@ -9,7 +9,7 @@ a hub id whose ``config.json`` is in the local Hugging Face cache (looked up off
 :data:`PUBLISHED` (the published ``config.json`` facts of the Qwen3 dense sizes a user would pick).
 
 Parameter count (no biases, as Qwen3): per layer ``h q + 2 h kv + q h`` (attention projections, ``q =
-heads x head_dim``, ``kv = kv_heads x head_dim``), ``3 h I`` (gated MLP), ``2 h + 2 head_dim`` (the two
+attention_heads x head_dim``, ``kv = kv_heads x head_dim``), ``3 h I`` (gated MLP), ``2 h + 2 head_dim`` (the two
 RMSNorms and Qwen3's q/k norms); plus the embedding ``V h``, a separate LM head ``V h`` when the
 embeddings are not tied, and the final norm ``h``. Qwen3-4B: 4,022,468,096 (the count of torch's meta
 model, docs/capacity.md).
@@ -54,7 +54,7 @@ class ModelShape:
     @classmethod
     def from_config(cls, config: dict[str, Any], source: str = "the model config") -> ModelShape:
         """From a Hugging Face ``config.json`` dict (``text_config`` where the sizes are nested there);
-        ``head_dim`` defaults to ``hidden_size / num_attention_heads``, ``num_key_value_heads`` to the heads.
+        ``head_dim`` defaults to ``hidden_size / num_attention_heads``, ``num_key_value_heads`` to ``num_attention_heads``.
         :class:`ModelConfigError` names each size that is missing, not an integer or not positive (``source``:
         where the dict was read, for the message)."""
         if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
@@ -66,15 +66,15 @@ class ModelShape:
                and (isinstance(config[k], bool) or not isinstance(config[k], int) or config[k] <= 0)]
         if bad:
             raise ModelConfigError(f"{source}: {', '.join(bad)}: each size must be an integer > 0")
-        heads = int(config["num_attention_heads"])
-        if config.get("head_dim") is None and config["hidden_size"] % heads:
+        attention_heads = int(config["num_attention_heads"])
+        if config.get("head_dim") is None and config["hidden_size"] % attention_heads:
             raise ModelConfigError(f"{source}: hidden_size={config['hidden_size']} is not a multiple of "
-                                   f"num_attention_heads={heads} and no head_dim is given")
+                                   f"num_attention_heads={attention_heads} and no head_dim is given")
         return cls(vocab_size=int(config["vocab_size"]), hidden_size=int(config["hidden_size"]),
                    intermediate_size=int(config["intermediate_size"]),
-                   num_hidden_layers=int(config["num_hidden_layers"]), num_attention_heads=heads,
-                   num_key_value_heads=int(config.get("num_key_value_heads") or heads),
-                   head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
+                   num_hidden_layers=int(config["num_hidden_layers"]), num_attention_heads=attention_heads,
+                   num_key_value_heads=int(config.get("num_key_value_heads") or attention_heads),
+                   head_dim=int(config.get("head_dim") or config["hidden_size"] // attention_heads),
                    tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
 
     @property
@@ -97,8 +97,8 @@ class ModelShape:
 
     @property
     def parameters(self) -> int:
-        head = 0 if self.tie_word_embeddings else self.embedding_parameters
-        return self.embedding_parameters + head + self.num_hidden_layers * self.layer_parameters + self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else self.embedding_parameters
+        return self.embedding_parameters + lm_head + self.num_hidden_layers * self.layer_parameters + self.hidden_size
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

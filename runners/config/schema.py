@@ -190,7 +190,7 @@ class RolloutConfig:
 
 @dataclass
 class EvalConfig:
-    """``eval``: ``numerics`` is how the embedded evaluation samples (``runners.local.evaluate``): ``clean``
+    """``eval``: ``numerics`` is how the embedded evaluation samples (``runners.embedded.evaluate``): ``clean``
     with the trainer's own numerics, ``scenario`` through the scenario's sampler mismatch. It changes the
     scores, so runs that differ in it are scored differently. The verl backend validates through vLLM at
     the rollout engine's dtype and has no scenario numerics (scenarios are embedded-only), so there both
@@ -224,7 +224,7 @@ class RunConfig:
 
 # -- backend ----------------------------------------------------------------------------------------
 @dataclass
-class LocalSamplerConfig:
+class EmbeddedSamplerConfig:
     weight_dtype: str = choice(*WEIGHT_DTYPES)
     int8_weights: bool = MISSING
     weight_noise: float = at_least(0, integer=False)
@@ -237,8 +237,8 @@ class LocalSamplerConfig:
 
 
 @dataclass
-class LocalBackendConfig:
-    name: str = choice("local", default="local")
+class EmbeddedBackendConfig:
+    name: str = choice("embedded", default="embedded")
     device: str = choice("cpu", "cuda")
     threads: int = at_least(1)
     micro_batch_size: int = at_least(1)
@@ -248,7 +248,7 @@ class LocalBackendConfig:
     cache_dir: str = MISSING
     logger: list[str] = field(default_factory=list)  # verl's tracker names, as on the verl backend
     project_name: str = MISSING
-    sampler: LocalSamplerConfig = field(default_factory=LocalSamplerConfig)
+    sampler: EmbeddedSamplerConfig = field(default_factory=EmbeddedSamplerConfig)
 
 
 @dataclass
@@ -472,7 +472,7 @@ class ParquetEvalSet:
 
 @dataclass
 class ParquetDataConfig:
-    """Prepared parquet files for verl (the experiment's inline ``data``; ``ablations.data``)."""
+    """Prepared parquet files for verl (the experiment's inline ``data``; ``math_data``)."""
 
     name: str = MISSING
     dir: str = MISSING
@@ -481,9 +481,9 @@ class ParquetDataConfig:
 
 
 # -- which schema a node has -------------------------------------------------------------------------
-BACKENDS: dict[str, type] = {"local": LocalBackendConfig, "verl": VerlBackendConfig}
+BACKENDS: dict[str, type] = {"embedded": EmbeddedBackendConfig, "verl": VerlBackendConfig}
 #: The model schema by backend: the embedded backend builds only the tiny Qwen3; verl loads a checkpoint.
-MODELS: dict[str, type] = {"local": TinyQwen3Config, "verl": HFModelConfig}
+MODELS: dict[str, type] = {"embedded": TinyQwen3Config, "verl": HFModelConfig}
 #: Data schemas by ``data.name``; another task's keys are checked by its task class only.
 DATA: dict[str, type] = {"synthetic_arith": SyntheticArithConfig, "sum_scratchpad": SumScratchpadConfig,
                          "dapo_math_aime": ParquetDataConfig}
@@ -492,7 +492,7 @@ DATA: dict[str, type] = {"synthetic_arith": SyntheticArithConfig, "sum_scratchpa
 STORED: tuple[tuple[str | None, str, type], ...] = (
     (None, "base_config", RunConfig),
     ("method", "base_method", MethodConfig),
-    ("backend", "base_local", LocalBackendConfig),
+    ("backend", "base_embedded", EmbeddedBackendConfig),
     ("backend", "base_verl", VerlBackendConfig),
     ("gpu", "base_gpu", GpuConfig),
     ("model", "base_tiny_qwen3", TinyQwen3Config),

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runners.config.config_history import with_added_keys
+from runners.config.config_history import as_current
 from runners.run.run_contract import CONFIG_FILE
 
 #: Keys (and the keys under them) that cannot change a number of a run (the module doc says why each): the report
@@ -94,7 +94,7 @@ def is_pooling_key(key: str) -> bool:
 def setting(config: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:
     """The pooling keys of a resolved config and their values (keys under ``exclude`` left out too)."""
     exclude = tuple(exclude)
-    flat = flatten(with_added_keys(config))  # a run written before a key existed: what it did
+    flat = flatten(as_current(config))  # a run written before a key existed: what it did
     return {k: v for k, v in flat.items() if is_pooling_key(k) and not under(k, exclude)}
 
 

@@ -3,7 +3,7 @@
 The one definition of the run folder's names, of ``metrics.json``'s schema (its version, its
 skeleton, the metric names each arm's train rows carry, the per-set val metrics) and of the
 validation-sample line. Every writer uses it -- :mod:`runners.run.run_record` (``metrics.json``, both
-backends), :mod:`runners.local.evaluate` (the embedded backend's val files) and
+backends), :mod:`runners.embedded.evaluate` (the embedded backend's val files) and
 :mod:`runners.verl_side.backend.ingest` (verl's logs -> the run folder) -- and so do the reader and
 checker, :mod:`runners.run.contract_check` and :mod:`analysis.load`. Importing it is cheap (stdlib only).
 """

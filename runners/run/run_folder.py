@@ -43,7 +43,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from runners.config.config_error import ConfigError
-from runners.config.config_history import ADDED_KEYS, with_added_keys
+from runners.config.config_history import ADDED_KEYS, as_current
 from runners.run.peer_keys import INERT_KEYS, under
 from runners.run.provenance import config_sha256
 from runners.run.run_contract import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, VAL_DIR
@@ -110,7 +110,7 @@ def plan(run_dir: Path, config_yaml: str, insensitive: frozenset[str] = INERT_KE
         raise ConfigError(f"{path}: {edited}. The record is what ran: restore {CONFIG_FILE} to the config the run was "
                           "launched with, or move the folder away; nothing was changed.")
     # a folder written before a key existed holds what its run did (runners.config.config_history)
-    old = _flatten(with_added_keys(OmegaConf.to_container(OmegaConf.load(path))))
+    old = _flatten(as_current(OmegaConf.to_container(OmegaConf.load(path))))
     new = _flatten(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     differ = sorted(k for k in old.keys() | new.keys()
                     if not under(k, insensitive) and old.get(k, "<absent>") != new.get(k, "<absent>"))

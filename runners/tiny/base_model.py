@@ -21,7 +21,7 @@ regeneration command; there is no fallback to training).
 Regenerate the shipped file (after changing the default model/data config or the warm-start
 procedure; the test suite fails until one does) with one command:
 
-    python -m runners.local.warmstart --ship
+    python -m runners.embedded.warmstart --ship
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ ASSET_DIR = ASSETS_ROOT / "tiny_qwen3_base"  # the embedded default's; other shi
 WEIGHTS = "model.safetensors"
 MANIFEST = "base_model.json"
 MANIFEST_FORMAT = 1
-REGENERATE = "python -m runners.local.warmstart --ship"
+REGENERATE = "python -m runners.embedded.warmstart --ship"
 
 
 class BaseModelError(RuntimeError):
@@ -132,7 +132,7 @@ def write_shipped(
         "recipe": {
             "model": OmegaConf.to_container(cfg.model, resolve=True),
             "data": OmegaConf.to_container(cfg.data, resolve=True),
-            "procedure": "runners/local/warmstart.py train_warm_start (supervised, teacher-forced)",
+            "procedure": "runners/embedded/warmstart.py train_warm_start (supervised, teacher-forced)",
         },
         "code_version": project_version(),
         "torch": torch.__version__,

@@ -14,5 +14,5 @@ def build_task(data_cfg: DictConfig) -> SeededTask:
     tasks = {"synthetic_arith": ArithmeticTask, "sum_scratchpad": ScratchpadSumTask}
     name = data_cfg.get("name", "synthetic_arith")
     if name not in tasks:
-        raise ConfigError(f"data.name={name!r}; the local backend's tasks are: {', '.join(tasks)}")
+        raise ConfigError(f"data.name={name!r}; the embedded backend's tasks are: {', '.join(tasks)}")
     return tasks[name](data_cfg)

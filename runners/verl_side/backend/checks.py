@@ -116,7 +116,7 @@ def _check_data(run: VerlRun, *, dry_run: bool) -> None:
     train, evals = ovr.data_files(cfg)
     if missing := [str(p) for p in [train, *evals] if not Path(p).exists()]:
         raise ConfigError(f"data.dir={cfg.data.dir!r}: data files missing: {missing}; run the data preparation "
-                         "(ablations.data) first, or point data.dir at the folder that holds them")
+                         "(python -m math_data) first, or point data.dir at the folder that holds them")
 
 
 def validate(cfg: DictConfig) -> None:

@@ -44,7 +44,7 @@ from runners.verl_side.backend.verl_run import VerlRun
 log = logging.getLogger(__name__)
 
 VERL_MODULE = "verl.trainer.main_ppo"
-#: The run.log line of the final merge of an attempt's logs (``benchmarks/rehearsal_time.py`` reads it).
+#: The run.log line of the final merge of an attempt's logs (``benchmarks/rehearsal/timing.py`` reads it).
 INGESTED = "merged verl's logs into metrics.json in"
 _STEP = re.compile(r"(?:^|\s)step:(\d+)(?:\s|$)")
 

@@ -1,7 +1,7 @@
 """What the rehearsal trains on, written before its launch (:func:`prepare_assets`), once per results root.
 
 The project's shipped tiny Qwen3 as a Hugging Face folder with its tokenizer, and generated arithmetic problems
-written by ``ablations.data``'s own writers in the DAPO/AIME parquet schema.
+written by ``math_data``'s own writers in the DAPO/AIME parquet schema.
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ def write_model(folder: Path) -> None:
 
 def write_data(cfg: DictConfig, folder: Path) -> None:
     """Generated arithmetic in the DAPO-Math (train) and AIME (eval) parquet schema, through
-    ``ablations.data``'s own row builders and writer (the same reports beside each file)."""
+    ``math_data``'s own row builders and writer (the same reports beside each file)."""
     import numpy as np
 
-    from ablations.data.aime import prepare_eval
-    from ablations.data.dapo import prepare_train
-    from ablations.data.sources import write_parquet
+    from math_data.aime import prepare_eval
+    from math_data.dapo import prepare_train
+    from math_data.sources import write_parquet
     from runners.tiny.task_by_name import build_task
     from runners.tiny.tokenizer import build_tokenizer
 
