@@ -18,6 +18,7 @@ import pytest
 from omegaconf import MISSING, OmegaConf
 
 from runners.config import CONF_DIR, schema
+from runners.config.config_history import RENAMED_OPTIONS
 
 #: The keys of ``conf/config.yaml`` that are not :class:`~runners.config.schema.RunConfig`'s own: ``method.top_k``
 #: (the setup's head size, in the method group's schema) and Hydra's settings.
@@ -29,12 +30,14 @@ GROUP_FIELDS = {"scenario", "model", "data"}
 
 def yaml_schema_pairs() -> list[tuple[Path, type]]:
     """Every group yaml that holds a whole node of a schema: the backends, the GPU presets, the embedded models
-    (``schema.MODELS['local']``) and the data of a task with a schema (``schema.DATA``)."""
+    (``schema.MODELS['embedded']``) and the data of a task with a schema (``schema.DATA``)."""
     pairs: list[tuple[Path, type]] = []
+    aliases = {f"{old}.yaml" for old in RENAMED_OPTIONS.get("backend", {})}  # an old name composing a current option
     for path in sorted((CONF_DIR / "backend").glob("*.yaml")):
-        pairs.append((path, schema.BACKENDS[OmegaConf.load(path).name]))
+        if path.name not in aliases:
+            pairs.append((path, schema.BACKENDS[OmegaConf.load(path).name]))
     pairs += [(path, schema.GpuConfig) for path in sorted((CONF_DIR / "gpu").glob("*.yaml"))]
-    pairs += [(path, schema.MODELS["local"]) for path in sorted((CONF_DIR / "model").glob("*.yaml"))]
+    pairs += [(path, schema.MODELS["embedded"]) for path in sorted((CONF_DIR / "model").glob("*.yaml"))]
     pairs += [(path, schema.DATA[OmegaConf.load(path).name]) for path in sorted((CONF_DIR / "data").glob("*.yaml"))]
     return pairs
 
