@@ -145,7 +145,9 @@ def copy_repo(dest: Path, tests_at: str | None = None) -> Path:
 
 def run_tests(root: Path, tests: tuple[str, ...], timeout: int) -> tuple[int, str, float]:
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:warnings", *tests]
+    # one process (-n0): under pyproject's -n auto a module that fails to import ends without pytest's "during
+    # collection" line, so a broken import would read as NOT caught
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n0", "-p", "no:warnings", *tests]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
