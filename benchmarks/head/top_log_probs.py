@@ -1,0 +1,69 @@
+"""Benchmark: the head processor's selection, each row's top-k of ``log_softmax(logits)``, on one CPU thread.
+
+Two ways, interleaved on the same random logits (32 rows, k = 128, best of 5 rounds of 5 calls each):
+``torch.topk`` on ``log_softmax`` (what :func:`runners.verl_side.head.vllm_logits_head.top_log_probs` does) and
+numpy's partial selection (``argpartition``, then a sort of the k), which the processor used before; and
+``log_softmax`` alone, the floor under both. Prints milliseconds per call and the ratio, per vocabulary.
+
+    python benchmarks/head/top_log_probs.py                  # vocabularies 4,096, 8,192, 32,768 and 151,936
+    python benchmarks/head/top_log_probs.py --vocab 151936
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+ROWS, K = 32, 128
+
+
+def by_topk(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    values, ids = torch.log_softmax(logits, -1).topk(K, -1)
+    return ids.numpy(), values.numpy()
+
+
+def by_argpartition(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    x = torch.log_softmax(logits, -1).numpy()
+    part = np.argpartition(x, -K, axis=-1)[:, -K:]
+    values = np.take_along_axis(x, part, -1)
+    order = np.argsort(-values, -1, kind="stable")
+    return np.take_along_axis(part, order, -1), np.take_along_axis(values, order, -1)
+
+
+def log_softmax_only(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, -1)
+
+
+def best_ms(f: Callable, logits: torch.Tensor, rounds: int = 5, calls: int = 5) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            f(logits)
+        times.append((time.perf_counter() - start) / calls)
+    return 1e3 * min(times)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, nargs="+", default=[4096, 8192, 32768, 151936])
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print("| vocabulary | torch.topk (ms) | argpartition (ms) | argpartition / topk | log_softmax alone (ms) |")
+    print("|---:|---:|---:|---:|---:|")
+    for vocab in args.vocab:
+        logits = torch.randn(ROWS, vocab, generator=torch.Generator().manual_seed(0)) * 3
+        a, b = by_topk(logits), by_argpartition(logits)
+        assert (a[0] == b[0]).all() and np.abs(a[1] - b[1]).max() < 1e-5  # the same head both ways
+        t_topk, t_part, t_floor = best_ms(by_topk, logits), best_ms(by_argpartition, logits), best_ms(log_softmax_only, logits)
+        print(f"| {vocab:,} | {t_topk:.2f} | {t_part:.2f} | {t_part / t_topk:.2f} | {t_floor:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
