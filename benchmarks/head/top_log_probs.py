@@ -1,8 +1,8 @@
 """Benchmark: the head processor's selection, each row's top-k of ``log_softmax(logits)``, on one CPU thread.
 
-Two ways, interleaved on the same random logits (32 rows, k = 128, best of 5 rounds of 5 calls each):
-``torch.topk`` on ``log_softmax`` (what :func:`runners.verl_side.head.vllm_logits_head.top_log_probs` does) and
-numpy's partial selection (``argpartition``, then a sort of the k), which the processor used before; and
+Two ways, interleaved on the same random logits (32 rows, k = 128, best of 5 rounds of 5 calls each): the
+processor's own :func:`runners.verl_side.head.vllm_logits_head.top_log_probs` (``torch.topk`` on ``log_softmax``;
+importing it needs vLLM, as the processor does) and numpy's partial selection (``argpartition``, then a sort of the k), which the processor used before; and
 ``log_softmax`` alone, the floor under both. Prints milliseconds per call and the ratio, per vocabulary.
 
     python benchmarks/head/top_log_probs.py                  # vocabularies 4,096, 8,192, 32,768 and 151,936
@@ -23,8 +23,9 @@ ROWS, K = 32, 128
 
 
 def by_topk(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    values, ids = torch.log_softmax(logits, -1).topk(K, -1)
-    return ids.numpy(), values.numpy()
+    from runners.verl_side.head.vllm_logits_head import top_log_probs
+
+    return top_log_probs(logits, K)
 
 
 def by_argpartition(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
