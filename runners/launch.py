@@ -38,6 +38,7 @@ import itertools
 import logging
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.errors import HydraException
@@ -261,14 +262,13 @@ def run_backend(cfg: DictConfig, run_dir: Path) -> None:
     except RunError as err:
         say(f"run failed: {err}")
         raise SystemExit(RUN_FAILED) from None
-    except Terminated:
-        say(f"stopped by SIGTERM (a scheduler's preemption or time limit, timeout, kill): {run_dir}; run the same "
-            "command again to resume it")
-        raise SystemExit(TERMINATED) from None
-    except KeyboardInterrupt:
-        say(f"stopped by the user (Ctrl-C): {run_dir}; run the same command again to resume it")
-        raise SystemExit(INTERRUPTED) from None
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
+        _stopped(stop, run_dir)
     except Exception as err:  # noqa: BLE001 - every failure ends in one line; its traceback goes to the run's log
+        if (stop := _stop_behind(err)) is not None:  # raised while stopping: the stop is what happened
+            if not isinstance(err, BrokenPipeError):
+                _log_traceback(run_dir)
+            _stopped(stop, run_dir)
         where = _log_traceback(run_dir)
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
             folder = Path(err.filename).parent if err.filename else run_dir
@@ -282,6 +282,30 @@ def run_backend(cfg: DictConfig, run_dir: Path) -> None:
             say(f"run failed: {type(err).__name__}{': ' + message if message else ''} in {run_dir}; the traceback "
                 f"is in {where}; {then}")
         raise SystemExit(RUN_FAILED) from None
+
+
+def _stop_behind(err: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that ``err`` was raised while handling (its ``__context__`` chain), else None: the
+    progress bar's last redraw into a pipe that the same Ctrl-C closed (``2>&1 | tee log``) raises a
+    ``BrokenPipeError`` on the way out of a stopped run."""
+    seen: set[int] = set()
+    cause = err.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
+
+
+def _stopped(stop: KeyboardInterrupt, run_dir: Path) -> NoReturn:
+    """The stop's one line and status: SIGTERM (:class:`Terminated`) or Ctrl-C."""
+    if isinstance(stop, Terminated):
+        say(f"stopped by SIGTERM (a scheduler's preemption or time limit, timeout, kill): {run_dir}; run the same "
+            "command again to resume it")
+        raise SystemExit(TERMINATED) from None
+    say(f"stopped by the user (Ctrl-C): {run_dir}; run the same command again to resume it")
+    raise SystemExit(INTERRUPTED) from None
 
 
 def _log_traceback(run_dir: Path) -> Path:

@@ -57,6 +57,34 @@ def test_each_way_a_run_stops_is_one_line_and_its_status(tmp_path, monkeypatch, 
         assert "Traceback" in (run_dir / "run.log").read_text()  # where the line says to look
 
 
+@pytest.mark.parametrize("stop,status,line", [
+    (KeyboardInterrupt(), launch.INTERRUPTED, "stopped by the user (Ctrl-C)"),
+    (launch.Terminated(), launch.TERMINATED, "stopped by SIGTERM"),
+])
+@pytest.mark.parametrize("then", [BrokenPipeError(32, "Broken pipe"), RuntimeError("the tracker's finish failed")])
+def test_an_error_raised_while_stopping_keeps_the_stops_status(tmp_path, monkeypatch, capsys, stop, status, line,
+                                                               then):
+    """Ctrl-C with ``2>&1 | tee log``: tee dies of the same Ctrl-C, and the stopped run's last progress redraw
+    meets the closed pipe; the stop is what happened, not a failed run."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def run(cfg, run_dir):
+        try:
+            raise stop
+        finally:
+            raise then
+
+    monkeypatch.setattr(launch, "backend_module", lambda cfg: types.SimpleNamespace(run=run))
+    with pytest.raises(SystemExit) as stopped:
+        launch.run_backend(types.SimpleNamespace(), run_dir)
+    assert stopped.value.code == status
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(line) and "Traceback" not in err, err
+    if isinstance(then, RuntimeError):  # not a closed console: its traceback is kept in the run's log
+        assert "the tracker's finish failed" in (run_dir / "run.log").read_text()
+
+
 def test_ctrl_c_before_any_run_is_one_line_and_130(monkeypatch, capsys):
     def interrupted(argv):
         raise KeyboardInterrupt
