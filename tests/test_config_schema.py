@@ -56,6 +56,8 @@ BAD_CONFIGS = [
     (["backend.sampler.logits_dtype=int8"], [r"backend\.sampler\.logits_dtype='int8'",
                                              r"allowed: float32, bfloat16, float16$"]),
     (["backend.sampler.kv_cache_bits=1"], [r"backend\.sampler\.kv_cache_bits=1", r"allowed: 0, 2, 3, 4, 5, 6, 7, 8$"]),
+    (["backend.sampler.key_cache_bits=9"], [r"backend\.sampler\.key_cache_bits=9",
+                                            r"allowed: 0, 2, 3, 4, 5, 6, 7, 8 or null$"]),
     (["backend.sampler.speed=0.5"], [r"backend\.sampler\.speed=0\.5", r">= 1"]),
     (["backend.sampler.speed_jitter=11"], [r"backend\.sampler\.speed_jitter=11\.0", r">= 0 and <= 10"]),
     (["backend.sampler.run_ahead_batches=-1"], [r"backend\.sampler\.run_ahead_batches=-1", r"an integer >= 0"]),

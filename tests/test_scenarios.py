@@ -12,6 +12,8 @@ uniform next-token distributions than the default 0.02, so rounding errors show 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -20,7 +22,7 @@ from ablations.score_centering import centering_term, head_log_probs
 from runners.config import config_checks
 from runners.embedded.backend import EmbeddedRun
 from runners.embedded.replay_buffer import Group
-from runners.embedded.sampler import Sampler
+from runners.embedded.sampler import Sampler, clean_sampler_config, fake_quantise, quantise_kv_cache
 from runners.embedded.trainer import response_logits
 from runners.run.provenance import config_sha256
 from runners.tiny.arithmetic_task import ArithmeticTask, prompt_token_ids
@@ -185,6 +187,52 @@ def test_systematic_knobs_move_the_sampler_and_repeat_at_every_sync(setup):
                  "backend.sampler.logits_dtype=bfloat16"):
         assert torch.equal(_kl(setup, [on, knob], 0)[1], _kl(setup, [on, knob], 7)[1]), knob
     assert not torch.equal(_kl(setup, ["scenario=noise_small"], 0)[1], _kl(setup, ["scenario=noise_small"], 7)[1])
+
+
+def _keys_and_values(model, value_bits: int, key_bits: int | None) -> tuple[dict, dict]:
+    """(exact, stored): layer 0's keys (``k_norm``'s output) and values (``v_proj``'s) of a copy of ``model`` before
+    and after :func:`quantise_kv_cache` with these widths, on one short input."""
+    clone = copy.deepcopy(model)
+    attention = clone.model.layers[0].self_attn
+    exact, stored = {}, {}
+    attention.k_norm.register_forward_hook(lambda _m, _i, out: exact.__setitem__("k", out.clone()))
+    attention.v_proj.register_forward_hook(lambda _m, _i, out: exact.__setitem__("v", out.clone()))
+    quantise_kv_cache(clone, value_bits, key_bits)  # hooks run in order: each sees the one before's output
+    attention.k_norm.register_forward_hook(lambda _m, _i, out: stored.__setitem__("k", out))
+    attention.v_proj.register_forward_hook(lambda _m, _i, out: stored.__setitem__("v", out))
+    with torch.no_grad():
+        clone(torch.tensor([[3, 5, 7, 9, 11]]))
+    return exact, stored
+
+
+def test_split_cache_stores_keys_and_values_at_their_own_widths(setup):
+    """``key_cache_bits`` quantises the keys at its width and the values at ``kv_cache_bits``; null is
+    ``kv_cache_bits`` for both; 0 leaves that half exact."""
+    _, model, _ = setup
+    head_dim = model.model.layers[0].self_attn.head_dim
+    keys = {}
+    for key_bits, value_bits in ((2, 3), (None, 3), (0, 3), (2, 0)):
+        exact, stored = _keys_and_values(model, value_bits, key_bits)
+        k_bits = value_bits if key_bits is None else key_bits
+        want_k = fake_quantise(exact["k"], k_bits) if k_bits else exact["k"]
+        v = exact["v"].reshape(*exact["v"].shape[:-1], -1, head_dim)
+        want_v = fake_quantise(v, value_bits).reshape(exact["v"].shape) if value_bits else exact["v"]
+        assert torch.equal(stored["k"], want_k) and torch.equal(stored["v"], want_v), (key_bits, value_bits)
+        keys[key_bits, value_bits] = stored["k"]
+    assert not torch.equal(keys[2, 3], keys[None, 3])  # the split really changes the keys
+    assert not torch.equal(keys[0, 3], keys[None, 3])
+
+
+def test_split_cache_at_the_value_width_is_the_plain_cache_and_sits_between_its_neighbours(setup):
+    on = "scenario=on_policy"
+    plain = _kl(setup, [on, "backend.sampler.kv_cache_bits=3"])
+    same = _kl(setup, [on, "backend.sampler.kv_cache_bits=3", "backend.sampler.key_cache_bits=3"])
+    assert torch.equal(plain[1], same[1])
+    split = _kl(setup, [on, "backend.sampler.kv_cache_bits=3", "backend.sampler.key_cache_bits=2"])[0]
+    both2 = _kl(setup, [on, "backend.sampler.kv_cache_bits=2"])[0]
+    assert plain[0] < split < both2, (plain[0], split, both2)
+    assert clean_sampler_config(composed(["scenario=kv3_sync", "backend.sampler.key_cache_bits=2"]
+                                         ).backend.sampler).key_cache_bits is None
 
 
 @pytest.mark.parametrize("scenario", ["bf16_compute", "kv4", "logits_bf16"])

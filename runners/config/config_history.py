@@ -60,6 +60,13 @@ def _rollout_correction(config: Mapping[str, Any]) -> Any:
     return None
 
 
+def _key_cache_bits(config: Mapping[str, Any]) -> Any:
+    """Before ``backend.sampler.key_cache_bits`` (added for round 6's split cache), the embedded sampler stored
+    keys at ``kv_cache_bits``, which null means; the verl backend has no sampler numerics."""
+    backend = config.get("backend") or {}
+    return None if isinstance(backend, Mapping) and backend.get("name") == "embedded" else NOT_APPLICABLE
+
+
 #: ``{dotted key: value of a run written before the key existed, from its config}`` (or
 #: :data:`NOT_APPLICABLE`).
 ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
@@ -67,6 +74,7 @@ ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "backend.rehearsal_rollout": _rehearsal_rollout,
     "backend.rollout_engine.head_transport": _head_transport,
     "method.rollout_correction": _rollout_correction,
+    "backend.sampler.key_cache_bits": _key_cache_bits,
 }
 
 

@@ -115,6 +115,7 @@ def between(low: float, high: float, default: Any = MISSING, *, integer: bool = 
 
 DTYPES = ("float32", "bfloat16", "float16")
 WEIGHT_DTYPES = (*DTYPES, "float8_e4m3fn")
+KV_BITS = (0, 2, 3, 4, 5, 6, 7, 8)
 
 
 # -- method: the arm spec ----------------------------------------------------------------------------
@@ -229,7 +230,8 @@ class EmbeddedSamplerConfig:
     int8_weights: bool = MISSING
     weight_noise: float = at_least(0, integer=False)
     compute_dtype: str = choice(*DTYPES, default="float32")
-    kv_cache_bits: int = choice(0, 2, 3, 4, 5, 6, 7, 8, default=0)
+    kv_cache_bits: int = choice(*KV_BITS, default=0)
+    key_cache_bits: Optional[int] = _field(None, Rule(choices=KV_BITS, nullable=True))  # noqa: UP045
     logits_dtype: str = choice(*DTYPES, default="float32")
     speed: float = at_least(1, integer=False)
     speed_jitter: float = between(0, 10)

@@ -22,10 +22,12 @@ systematic: the same context gets the same error at every sync (weight noise is 
 * ``kv_cache_bits``: keys (after their RMSNorm, before rotary) and values are fake-quantised to this
   many bits, symmetric absmax per token and key/value head, as a quantised KV cache stores them
   (0 = off; 2 to 8: a severity ladder, 2 ** (bits - 1) - 1 levels each side of zero);
+  ``key_cache_bits`` (null: ``kv_cache_bits``) stores the keys at another width than the values, a split
+  cache (keys at 2 bits, values at 3: a level between the ladder's 3 and 2 bits);
 * ``logits_dtype``: the final logits are rounded to this dtype before the softmax (a lower-precision
   lm-head/sampling path).
 
-Every one of these six knobs has an identity value (:data:`CLEAN_NUMERICS`), at which the sampler
+Every one of these knobs has an identity value (:data:`CLEAN_NUMERICS`), at which the sampler
 computes exactly what the trainer computes (fp32 weights and forward); :func:`clean_sampler_config`
 sets them all, for an evaluation that measures the policy rather than its sampler (``eval.numerics``).
 The other keys of ``backend.sampler`` (:data:`SCHEDULE_KEYS`) say when the sampler runs, not how.
@@ -51,7 +53,8 @@ COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16
 KV_CACHE_BITS = (0, 2, 3, 4, 5, 6, 7, 8)
 #: The identity value of every numerics knob: a sampler with these holds and computes the trainer's fp32 policy.
 CLEAN_NUMERICS = {"weight_dtype": "float32", "int8_weights": False, "weight_noise": 0.0,
-                  "compute_dtype": "float32", "kv_cache_bits": 0, "logits_dtype": "float32"}
+                  "compute_dtype": "float32", "kv_cache_bits": 0, "key_cache_bits": None,
+                  "logits_dtype": "float32"}
 #: The keys of ``backend.sampler`` that schedule the sampler (``schedule.py``) and change none of its numbers.
 SCHEDULE_KEYS = frozenset({"speed", "speed_jitter", "run_ahead_batches"})
 
@@ -127,6 +130,17 @@ def check_sampler_config(sampler_cfg: DictConfig) -> None:
     if isinstance(bits, bool) or bits not in KV_CACHE_BITS:
         raise ConfigError(f"backend.sampler.kv_cache_bits={bits!r}; allowed: {', '.join(map(str, KV_CACHE_BITS))} "
                           "(0 = no KV-cache quantisation)")
+    key_bits = sampler_cfg.get("key_cache_bits")
+    if key_bits is not None and (isinstance(key_bits, bool) or key_bits not in KV_CACHE_BITS):
+        raise ConfigError(f"backend.sampler.key_cache_bits={key_bits!r}; allowed: "
+                          f"{', '.join(map(str, KV_CACHE_BITS))} or null (null = kv_cache_bits)")
+
+
+def cache_bits(sampler_cfg: DictConfig) -> tuple[int, int]:
+    """``(key bits, value bits)`` of the sampler's KV cache (0 = stored exactly)."""
+    bits = sampler_cfg.get("kv_cache_bits", 0)
+    key_bits = sampler_cfg.get("key_cache_bits")
+    return (bits if key_bits is None else key_bits), bits
 
 
 def clean_sampler_config(sampler_cfg: DictConfig) -> DictConfig:
@@ -149,26 +163,30 @@ def fake_quantise(x: torch.Tensor, bits: int) -> torch.Tensor:
     return ((x.float() / scale).round().clamp(-levels, levels) * scale).to(x.dtype)
 
 
-def quantise_kv_cache(model: torch.nn.Module, bits: int) -> None:
-    """Make ``model`` (a transformers Qwen3) store keys and values as a ``bits``-bit KV cache would.
+def quantise_kv_cache(model: torch.nn.Module, bits: int, key_bits: int | None = None) -> None:
+    """Make ``model`` (a transformers Qwen3) store values as a ``bits``-bit KV cache would, and keys at
+    ``key_bits`` (None: ``bits``); a width of 0 leaves that half exact.
 
     Forward hooks on each attention's ``k_norm`` (keys, ``(..., kv_heads, head_dim)``) and
     ``v_proj`` (values, ``(..., kv_heads * head_dim)``) replace the output by its fake-quantised
     value, per token and attention head; prefill and decode steps alike, so cached and new entries match.
     """
+    key_bits = bits if key_bits is None else key_bits
     for layer in model.model.layers:
         attention = layer.self_attn
         head_dim = attention.head_dim
 
         def keys(_module, _inputs, output):
-            return fake_quantise(output, bits)
+            return fake_quantise(output, key_bits)
 
         def values(_module, _inputs, output, head_dim=head_dim):
             shaped = output.reshape(*output.shape[:-1], -1, head_dim)
             return fake_quantise(shaped, bits).reshape(output.shape)
 
-        attention.k_norm.register_forward_hook(keys)
-        attention.v_proj.register_forward_hook(values)
+        if key_bits:
+            attention.k_norm.register_forward_hook(keys)
+        if bits:
+            attention.v_proj.register_forward_hook(values)
 
 
 @torch.no_grad()
@@ -202,9 +220,9 @@ class Sampler:
     def __init__(self, model: torch.nn.Module, tokenizer, sampler_cfg: DictConfig, top_k: int):
         check_sampler_config(sampler_cfg)
         self.model = copy.deepcopy(model).eval().to(COMPUTE_DTYPES[sampler_cfg.get("compute_dtype", "float32")])
-        bits = sampler_cfg.get("kv_cache_bits", 0)
-        if bits:
-            quantise_kv_cache(self.model, bits)
+        key_bits, value_bits = cache_bits(sampler_cfg)
+        if key_bits or value_bits:
+            quantise_kv_cache(self.model, value_bits, key_bits)
         logits_dtype = COMPUTE_DTYPES[sampler_cfg.get("logits_dtype", "float32")]
         self.logits_dtype = None if logits_dtype == torch.float32 else logits_dtype
         self.tokenizer = tokenizer
