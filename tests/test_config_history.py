@@ -135,3 +135,10 @@ def test_a_verl_run_before_the_head_transport_key_took_the_head_as_flat_log_prob
     assert "rollout_engine" not in as_current(local_run)["backend"]
     recorded = {"backend": {"name": "verl", "rollout_engine": {"head_transport": "logits_processor"}}}
     assert as_current(recorded)["backend"]["rollout_engine"]["head_transport"] == "logits_processor"
+
+
+def test_a_verl_run_before_the_log_prob_transport_key_asked_vllm_for_its_log_probs() -> None:
+    verl_run = {"backend": {"name": "verl", "rollout_engine": {"name": "vllm"}}, "eval": {"numerics": "clean"}}
+    assert as_current(verl_run)["backend"]["rollout_engine"]["log_prob_transport"] == "logprobs"
+    embedded_run = {"backend": {"name": "embedded"}, "eval": {"numerics": "scenario"}}
+    assert "rollout_engine" not in as_current(embedded_run)["backend"]

@@ -1,4 +1,4 @@
-"""The head file (runners/verl_side/head/head_file.py): the layout the logits processor writes and the server reads."""
+"""The head file (runners/verl_side/logits_processor/head_file.py): the layout the logits processor writes and the server reads."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runners.verl_side.head import HEAD_FILES_ENV
-from runners.verl_side.head.head_file import check_aligned, discard, file_bytes, new_folder, open_rows, take
+from runners.verl_side.logits_processor import FILES_ENV as HEAD_FILES_ENV
+from runners.verl_side.logits_processor.head_file import (
+    check_aligned,
+    discard,
+    file_bytes,
+    new_folder,
+    open_rows,
+    take,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,7 +70,7 @@ def test_the_folder_is_the_environments_or_a_new_one(tmp_path, monkeypatch):
     assert new_folder() == str(tmp_path / "a" / "b") and (tmp_path / "a" / "b").is_dir()
     monkeypatch.delenv(HEAD_FILES_ENV)
     # a folder of its own goes with the process that made it (a GPU launch's vLLM server sets no folder)
-    made = subprocess.run([sys.executable, "-c", "from runners.verl_side.head.head_file import new_folder; "
+    made = subprocess.run([sys.executable, "-c", "from runners.verl_side.logits_processor.head_file import new_folder; "
                            "import os; f = new_folder(); print(f); assert os.path.isdir(f)"],
                           capture_output=True, text=True, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     folder = made.stdout.strip()

@@ -26,7 +26,8 @@ MOVED = {
     "runners.verl_head.plugin": "runners.verl_side.head.plugin",
     "runners.verl_backend.sc_hook": "runners.verl_side.backend.sc_hook",
     "runners.verl_head.agent_loop.HeadAgentLoopManager": "runners.verl_side.head.agent_loop.HeadAgentLoopManager",
-    "runners.verl_head.vllm_logits_head:HeadFileWriter": "runners.verl_side.head.vllm_logits_head:HeadFileWriter",
+    "runners.verl_head.vllm_logits_head:HeadFileWriter": "runners.verl_side.logits_processor.writer:HeadFileWriter",
+    "runners.verl_side.head.vllm_logits_head:HeadFileWriter": "runners.verl_side.logits_processor.writer:HeadFileWriter",
 }
 
 

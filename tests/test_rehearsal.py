@@ -194,10 +194,10 @@ def test_the_vllm_rollout_without_vllms_cpu_build_is_refused_before_anything_is_
 
 
 def test_the_head_transport_reaches_vllms_engine_arguments_and_is_refused_on_the_standin(tmp_path, capsys):
-    from runners.verl_side import head as verl_head
+    from runners.verl_side import logits_processor
 
     key = "actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors"
-    for method, transport, expected in (("sc", "logits_processor", verl_head.HEAD_PROCESSOR),
+    for method, transport, expected in (("sc", "logits_processor", logits_processor.PROCESSOR),
                                         ("sc", "flat_logprobs", None), ("pg", "logits_processor", None)):
         cfg = config(tmp_path, "rehearsal", f"method={method}", f"backend.rollout_engine.head_transport={transport}")
         found = [o for o in ovr.build_overrides(VerlRun.of(cfg), verl_files.AttemptPaths(run_dir(cfg), 1)) if key in o]
@@ -210,6 +210,35 @@ def test_the_head_transport_reaches_vllms_engine_arguments_and_is_refused_on_the
     assert status == 2 and err.startswith("config error: backend.rollout_engine.head_transport=logits_processor is "
                                           "not allowed with backend.rehearsal_rollout=standin"), err
     assert not results.exists()
+
+
+def test_the_log_prob_transport_loads_the_processor_for_every_arm_and_is_refused_where_it_cannot_work(tmp_path,
+                                                                                                        capsys):
+    from runners.verl_side import logits_processor
+
+    processors = "actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors"
+    switch = f"actor_rollout_ref.rollout.custom.{logits_processor.LOG_PROB_CUSTOM_KEY}"
+    by_processor = "backend.rollout_engine.log_prob_transport=logits_processor"
+    for method, extra in (("pg", []), ("icepop", []), ("sc", ["backend.rollout_engine.head_transport=logits_processor"])):
+        cfg = config(tmp_path, "rehearsal", f"method={method}", by_processor, *extra)
+        launch = ovr.build_overrides(VerlRun.of(cfg), verl_files.AttemptPaths(run_dir(cfg), 1))
+        assert [o.split("=", 1)[1] for o in launch if processors in o] == [logits_processor.PROCESSOR], method
+        assert [o.split("=", 1)[1] for o in launch if switch in o] == [logits_processor.LOG_PROBS_BY_PROCESSOR], method
+    default = config(tmp_path, "rehearsal", "method=pg")
+    assert not [o for o in ovr.build_overrides(VerlRun.of(default), verl_files.AttemptPaths(run_dir(default), 1))
+                if switch in o or processors in o]  # opt-in: the default asks vLLM for logprobs=0 as before
+    results = tmp_path / "results"
+    for argv, message in (
+        (["method=pg", "backend.rehearsal_rollout=standin"],
+         "config error: backend.rollout_engine.log_prob_transport=logits_processor is not allowed with "
+         "backend.rehearsal_rollout=standin"),
+        (["method=sc"], "config error: backend.rollout_engine.log_prob_transport=logits_processor needs "
+                        "backend.rollout_engine.head_transport=logits_processor for method=sc"),
+    ):
+        status, err = _launch_in_process(["+experiment=rehearsal", by_processor, *argv, f"results_root={results}"],
+                                         capsys)
+        assert status == 2 and err.startswith(message), err
+        assert not results.exists()
 
 
 def _launch_in_process(argv: list[str], capsys) -> tuple[int, str]:

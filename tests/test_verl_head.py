@@ -368,7 +368,7 @@ class ScriptedFileEngine(ScriptedEngine):
         self.shift = shift
 
     async def generate(self, prompt, sampling_params, request_id, **kwargs):
-        from runners.verl_side.head.head_file import FILE_KEY, open_rows
+        from runners.verl_side.logits_processor.head_file import FILE_KEY, open_rows
 
         path = (sampling_params.extra_args or {}).get(FILE_KEY)
         rows = open_rows(path, K, sampling_params.max_tokens) if path else None
@@ -385,7 +385,7 @@ class ScriptedFileEngine(ScriptedEngine):
 
 @pytest.mark.parametrize("finish", [True, False], ids=["finished", "aborted"])
 def test_capturing_engine_reads_the_head_from_the_logits_processors_file(tmp_path, finish):
-    from runners.verl_side.head.head_file import FILE_KEY
+    from runners.verl_side.logits_processor.head_file import FILE_KEY
 
     inner = ScriptedFileEngine(3, finish=finish)
     engine = HeadCapturingEngine(inner, StandInLogprob, head_files=str(tmp_path))
@@ -409,6 +409,65 @@ def test_capturing_engine_refuses_a_head_off_its_tokens_and_a_missing_file(tmp_p
         _drain(HeadCapturingEngine(ScriptedEngine([4]), StandInLogprob, head_files=str(tmp_path)),
                StandInParams(extra_args={REQUEST_KEY: K}), "no-processor")
     assert not list(tmp_path.iterdir()), "a head file is left after a failed request"
+
+
+class ScriptedProcessorEngine(ScriptedEngine):
+    """A stand-in for vLLM running the logits processor for the sampled log-prob: token r's log-prob -(r + 1) / 4
+    is written (count r + 1) one step after token r is yielded, the last one after the stream ends (vLLM's
+    removal step, which the front end does not wait for); writes the head file too where one is named."""
+
+    async def generate(self, prompt, sampling_params, request_id, **kwargs):
+        from runners.verl_side.logits_processor.head_file import FILE_KEY, open_rows
+        from runners.verl_side.logits_processor.sampled_file import SAMPLED_FILE_KEY, open_sampled
+
+        extra = sampling_params.extra_args or {}
+        written, values = open_sampled(extra[SAMPLED_FILE_KEY], sampling_params.max_tokens)
+        rows = open_rows(extra[FILE_KEY], K, sampling_params.max_tokens) if FILE_KEY in extra else None
+
+        async def removal_step(n):
+            await asyncio.sleep(0.02)
+            values[n - 1], written[0] = -n / 4, n
+
+        n = 0
+        async for output in super().generate(prompt, sampling_params, request_id, **kwargs):
+            if n:
+                values[n - 1], written[0] = -n / 4, n
+            if rows is not None:  # the head's row n holds token n, at the same log-prob
+                rows[0][n] = [output.outputs[0].token_ids[n], 90, 91]
+                rows[1][n] = [-(n + 1) / 4, -5.0, -6.0]
+            n += 1
+            if n == len(self.tokens):  # the engine's own step removes the request, whoever waits for what
+                self.removal = asyncio.get_running_loop().create_task(removal_step(n))
+            yield output
+
+
+@pytest.mark.parametrize("with_head", [False, True], ids=["pg", "sc"])
+@pytest.mark.parametrize("finish", [True, False], ids=["finished", "aborted"])
+def test_capturing_engine_gives_verl_the_processors_sampled_log_probs(tmp_path, finish, with_head):
+    from runners.verl_side.logits_processor.head_file import FILE_KEY
+    from runners.verl_side.logits_processor.sampled_file import SAMPLED_FILE_KEY
+
+    inner = ScriptedProcessorEngine([4, 9, 2], finish=finish)
+    engine = HeadCapturingEngine(inner, StandInLogprob, head_files=str(tmp_path), sampled_by_processor=True)
+    params = StandInParams(extra_args={REQUEST_KEY: K} if with_head else None)
+    last = _drain(engine, params, "req")
+    asked = inner.asked[0]
+    assert asked.logprobs is None and params.logprobs == 0  # vLLM is asked for none; verl's params unchanged
+    assert asked.extra_args[SAMPLED_FILE_KEY] == f"{tmp_path}/req.sampled"
+    assert (FILE_KEY in asked.extra_args) is with_head
+    logprobs = last.outputs[0].logprobs  # what verl's server reads: one {token: Logprob} per position
+    assert [list(d) for d in logprobs] == [[4], [9], [2]]
+    assert [d[t].logprob for d, t in zip(logprobs, [4, 9, 2], strict=True)] == [-0.25, -0.5, -0.75]
+    if with_head:
+        assert engine.pop_head("req", 3, K)[0][:, 1].tolist() == [90, 90, 90]
+    assert engine._heads == {} and not list(tmp_path.iterdir())
+
+    plain = ScriptedEngine([4])
+    _drain(HeadCapturingEngine(plain, StandInLogprob, head_files=str(tmp_path), sampled_by_processor=True),
+           StandInParams(logprobs=None), "eval")
+    assert plain.asked[0].extra_args is None  # a request that asks for no log-prob is passed through unchanged
+    with pytest.raises(ValueError, match="need its files"):
+        HeadCapturingEngine(plain, StandInLogprob, sampled_by_processor=True)
 
 
 def test_on_vllms_own_classes():
@@ -468,16 +527,29 @@ def test_vllm_server_uses_head_files_only_with_the_logits_processor_loaded(monke
         pytest.skip(f"verl's vLLM server module does not import here: {err}")
     from verl.workers.rollout.vllm_rollout import vllm_async_server
 
-    from runners.verl_side.head import HEAD_FILES_ENV, HEAD_PROCESSOR
+    from runners.verl_side.logits_processor import (
+        FILES_ENV,
+        LOG_PROB_CUSTOM_KEY,
+        LOG_PROBS_BY_PROCESSOR,
+        PROCESSOR,
+    )
 
     async def parent_run_server(self, args):
         self.engine = ScriptedEngine([1])
 
     monkeypatch.setattr(vllm_async_server.vLLMHttpServer, "run_server", parent_run_server)
-    monkeypatch.setenv(HEAD_FILES_ENV, str(tmp_path / "heads"))
+    monkeypatch.setenv(FILES_ENV, str(tmp_path / "heads"))
     server = object.__new__(vllm_server.HeadVLLMServer)
-    asyncio.run(server.run_server(argparse.Namespace(logits_processors=[HEAD_PROCESSOR])))
+    server.config = OmegaConf.create({"custom": None})
+    asyncio.run(server.run_server(argparse.Namespace(logits_processors=[PROCESSOR])))
     assert server.engine._head_files == str(tmp_path / "heads") and (tmp_path / "heads").is_dir()
+    assert not server.engine._sampled_by_processor
     for args in (argparse.Namespace(logits_processors=None), argparse.Namespace()):
         asyncio.run(server.run_server(args))
         assert server.engine._head_files is None
+    # log_prob_transport=logits_processor: the launcher's switch in rollout.custom, with the processor loaded
+    server.config = OmegaConf.create({"custom": {LOG_PROB_CUSTOM_KEY: LOG_PROBS_BY_PROCESSOR}})
+    asyncio.run(server.run_server(argparse.Namespace(logits_processors=[PROCESSOR])))
+    assert server.engine._sampled_by_processor
+    with pytest.raises(RuntimeError, match="needs the engine argument logits_processors"):
+        asyncio.run(server.run_server(argparse.Namespace(logits_processors=None)))

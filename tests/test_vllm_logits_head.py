@@ -1,10 +1,10 @@
-"""The head by the project's logits processor (runners/verl_side/head/vllm_logits_head.py) on vLLM's CPU build.
+"""The head by the project's logits processor (runners/verl_side/logits_processor/writer.py) on vLLM's CPU build.
 
 One engine (``vllm.LLM``) on a tiny Qwen3 of vocabulary 4,096 with :class:`HeadFileWriter` loaded, T = 0.7,
 requests of different lengths in one batch, some asking for the head by file, one not: each file's head
 equals the head vLLM returns for the same request as flat top-k log-probs (``logprobs_mode=processed_logprobs``):
 the same ids in the same order, log-probs within :data:`TOLERANCE`, rows aligned with the sampled tokens
-(:func:`~runners.verl_side.head.head_file.check_aligned`); the request without a file is untouched,
+(:func:`~runners.verl_side.logits_processor.head_file.check_aligned`); the request without a file is untouched,
 and every file is gone once taken. Skips where vLLM is not installed.
 """
 
@@ -22,7 +22,7 @@ K, VOCAB = 16, 4096
 
 
 def test_top_log_probs_on_a_cpu_equals_a_full_sort():
-    from runners.verl_side.head.vllm_logits_head import top_log_probs
+    from runners.verl_side.logits_processor.writer import top_log_probs
 
     logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(0)) / 0.7
     ids, lps = top_log_probs(logits, 20)
@@ -41,9 +41,9 @@ def test_file_head_equals_vllms_flat_head(tmp_path, monkeypatch):
     from vllm.inputs import TokensPrompt
 
     from runners.verl_side.head import REQUEST_KEY
-    from runners.verl_side.head.head_file import FILE_KEY, check_aligned, take
     from runners.verl_side.head.vllm_head import ask_for_head, split_flat
-    from runners.verl_side.head.vllm_logits_head import HeadFileWriter
+    from runners.verl_side.logits_processor.head_file import FILE_KEY, K_KEY, check_aligned, take
+    from runners.verl_side.logits_processor.writer import HeadFileWriter
 
     for key, value in {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}.items():
         monkeypatch.setenv(key, value)
@@ -67,7 +67,7 @@ def test_file_head_equals_vllms_flat_head(tmp_path, monkeypatch):
                                extra_args={REQUEST_KEY: K})
             files.append(None if i == 3 else tmp_path / f"{i}.head")
             if files[-1] is not None:
-                p.extra_args[FILE_KEY] = str(files[-1])
+                p.extra_args[FILE_KEY], p.extra_args[K_KEY] = str(files[-1]), K
             params.append(ask_for_head(p, K))
         outputs = llm.generate(prompts, params, use_tqdm=False)
     finally:

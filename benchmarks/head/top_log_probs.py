@@ -1,7 +1,7 @@
 """Benchmark: the head processor's selection, each row's top-k of ``log_softmax(logits)``, on one CPU thread.
 
 Two ways, interleaved on the same random logits (32 rows, k = 128, best of 5 rounds of 5 calls each): the
-processor's own :func:`runners.verl_side.head.vllm_logits_head.top_log_probs` (``torch.topk`` on ``log_softmax``;
+processor's own :func:`runners.verl_side.logits_processor.writer.top_log_probs` (``torch.topk`` on ``log_softmax``;
 importing it needs vLLM, as the processor does) and numpy's partial selection (``argpartition``, then a sort of the k), which the processor used before; and
 ``log_softmax`` alone, the floor under both. Prints milliseconds per call and the ratio, per vocabulary.
 
@@ -23,7 +23,7 @@ ROWS, K = 32, 128
 
 
 def by_topk(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    from runners.verl_side.head.vllm_logits_head import top_log_probs
+    from runners.verl_side.logits_processor.writer import top_log_probs
 
     return top_log_probs(logits, K)
 

@@ -14,9 +14,18 @@ the rounds per arm:
   off as in ``head``), read into the same arrays by sorting each position's entries by rank;
 * ``sampled``: ``logprobs=0``, the sampled token's log-prob only: what a plain (PG, TIS) rollout asks;
 * ``file``: the head written by the project's logits processor
-  (:class:`runners.verl_side.head.vllm_logits_head.HeadFileWriter`) to a file per request on tmpfs, read back
-  as arrays (:func:`runners.verl_side.head.head_file.take`), with ``logprobs=0`` for the sampled token: what an
-  SC rollout needs, with no per-token Python objects.
+  (:class:`runners.verl_side.logits_processor.writer.HeadFileWriter`) to a file per request on tmpfs, read back
+  as arrays (:func:`runners.verl_side.logits_processor.head_file.take`), with ``logprobs=0`` for the sampled token: what an
+  SC rollout needs, with no per-token Python objects;
+* ``sampled_by_processor``: ``logprobs=None``, the sampled token's log-prob written by the same processor to a
+  file per request (:mod:`runners.verl_side.logits_processor.sampled_file`; ``log_prob_transport=logits_processor``): what a
+  plain (PG, TIS, the rollout-correction arms) rollout then asks;
+* ``file_by_processor``: the head file and the sampled log-prob file, ``logprobs=None``: an SC rollout with
+  ``log_prob_transport=logits_processor``.
+
+The two ``_by_processor`` arms include the engine's removal step (one ``step()`` after ``generate``, which the
+server's busy loop takes by itself) and the reading of the files; their log-probs are checked against
+``sampled``'s on the first round (the same seeds draw the same tokens).
 
 The engine loads the logits processor for every arm (it returns at once for requests without a head
 file), so the arms differ only in what each request asks.
@@ -36,6 +45,7 @@ processes share the CPU.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import sys
@@ -111,9 +121,10 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     from runners.verl_side.head import REQUEST_KEY
-    from runners.verl_side.head.head_file import FILE_KEY, take
     from runners.verl_side.head.vllm_head import ask_for_head, split_flat
-    from runners.verl_side.head.vllm_logits_head import HeadFileWriter
+    from runners.verl_side.logits_processor.head_file import FILE_KEY, K_KEY, take
+    from runners.verl_side.logits_processor.sampled_file import SAMPLED_FILE_KEY, take_sampled
+    from runners.verl_side.logits_processor.writer import HeadFileWriter
 
     k = args.k
     with tempfile.TemporaryDirectory(prefix=f"vllm-head-cost-{vocab}-") as folder:
@@ -160,12 +171,44 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
                 params = []
                 for i in range(len(prompts)):
                     p = sampled.clone()
-                    p.extra_args = {REQUEST_KEY: k, FILE_KEY: f"{heads}/{n}-{i}.head"}
+                    p.extra_args = {REQUEST_KEY: k, K_KEY: k, FILE_KEY: f"{heads}/{n}-{i}.head"}
                     params.append(p)
                 for out, p in zip(llm.generate(prompts, params, use_tqdm=False), params, strict=True):
                     take(p.extra_args[FILE_KEY], len(out.outputs[0].token_ids), k)
 
-        arms = {"none": run_none, "sampled": run_sampled, "head": run_head, "dict": run_dict, "file": run_file}
+        def run_by_processor(with_head: bool) -> list[np.ndarray]:
+            with tempfile.TemporaryDirectory(prefix="vllm-sampled-file-", dir=shm) as files:
+                n = next(rounds)
+                params = []
+                for i in range(len(prompts)):
+                    p = none.clone()
+                    p.extra_args = {SAMPLED_FILE_KEY: f"{files}/{n}-{i}.sampled"}
+                    if with_head:
+                        p.extra_args |= {REQUEST_KEY: k, K_KEY: k, FILE_KEY: f"{files}/{n}-{i}.head"}
+                    params.append(p)
+                outs = llm.generate(prompts, params, use_tqdm=False)
+                llm.llm_engine.step()  # the removal step the server's engine loop takes by itself
+                got = []
+                for out, p in zip(outs, params, strict=True):
+                    tokens = len(out.outputs[0].token_ids)
+                    got.append(asyncio.run(take_sampled(p.extra_args[SAMPLED_FILE_KEY], tokens, wait_s=5.0)))
+                    if with_head:
+                        take(p.extra_args[FILE_KEY], tokens, k)
+                return got
+
+        arms = {"none": run_none, "sampled": run_sampled, "head": run_head, "dict": run_dict, "file": run_file,
+                "sampled_by_processor": lambda: run_by_processor(False),
+                "file_by_processor": lambda: run_by_processor(True)}
+        check = sampled.clone()
+        check.seed = 7
+        theirs = [[d[t].logprob for t, d in zip(o.outputs[0].token_ids, o.outputs[0].logprobs, strict=True)]
+                  for o in llm.generate(prompts, check, use_tqdm=False)]
+        none.seed = 7
+        ours = run_by_processor(False)
+        none.seed = None
+        worst = max(float(np.abs(np.asarray(t) - o).max()) for t, o in zip(theirs, ours, strict=True))
+        if worst > 1e-5:
+            raise SystemExit(f"the processor's sampled log-probs differ from vLLM's by {worst:.2e} (> 1e-5)")
         for fn in arms.values():  # warm-up
             fn()
         times: dict[str, list[float]] = {name: [] for name in arms}
@@ -187,7 +230,7 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
     best = {name: min(ts) for name, ts in times.items()}
     frontend = min(frontend_flat_seconds(tokens, k, vocab) for _ in range(3))
     return {"vocab": vocab, "k": k, "tokens": tokens, "start_s": started, "best_s": best,
-            "tok_per_s": tokens / best["none"], "ratio": {n: best[n] / best["none"] for n in best},
+            "tok_per_s": tokens / best["none"], "ratio": {n: best[n] / best["none"] for n in best}, "max_diff": worst,
             "bytes_per_token": sizes, "frontend_flat_s": frontend,
             "frontend_share": frontend / (best["head"] - best["none"]) if best["head"] > best["none"] else float("nan")}
 
@@ -207,14 +250,15 @@ def main() -> None:
     print(f"\nvLLM {vllm.__version__} (CPU build), {args.prompts} prompts x {args.new_tokens} new tokens, k = {args.k}, "
           f"fp32, eager, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, best of {args.rounds} interleaved rounds")
     print("| vocabulary | none tok/s | sampled only | head (flat, arrays) | dict form | head by logits processor "
-          "(file) | B/token head arrays | B/token vLLM flat | B/token vLLM dict | front end's flat container / head's "
-          "extra time |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "(file) | sampled by processor | head + sampled by processor | max diff to vLLM | B/token head arrays "
+          "| B/token vLLM flat | B/token vLLM dict | front end's flat container / head's extra time |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        b = r["bytes_per_token"]
-        print(f"| {r['vocab']:,} | {r['tok_per_s']:,.0f} | {r['ratio']['sampled']:.2f}x | {r['ratio']['head']:.2f}x "
-              f"| {r['ratio']['dict']:.2f}x | {r['ratio']['file']:.2f}x "
-              f"| {b['head']:,.0f} | {b['flat']:,.0f} | {b['dict']:,.0f} | {r['frontend_share']:.0%} |")
+        b, x = r["bytes_per_token"], r["ratio"]
+        print(f"| {r['vocab']:,} | {r['tok_per_s']:,.0f} | {x['sampled']:.2f}x | {x['head']:.2f}x "
+              f"| {x['dict']:.2f}x | {x['file']:.2f}x | {x['sampled_by_processor']:.2f}x | {x['file_by_processor']:.2f}x "
+              f"| {r['max_diff']:.1e} | {b['head']:,.0f} | {b['flat']:,.0f} | {b['dict']:,.0f} "
+              f"| {r['frontend_share']:.0%} |")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,13 @@ def _head_transport(config: Mapping[str, Any]) -> Any:
     return "flat_logprobs" if isinstance(backend, Mapping) and backend.get("name") == "verl" else NOT_APPLICABLE
 
 
+def _log_prob_transport(config: Mapping[str, Any]) -> Any:
+    """Before ``backend.rollout_engine.log_prob_transport`` (the sampled log-prob by the logits processor, issue
+    45), every rollout asked vLLM for ``logprobs=0``."""
+    backend = config.get("backend") or {}
+    return "logprobs" if isinstance(backend, Mapping) and backend.get("name") == "verl" else NOT_APPLICABLE
+
+
 def _rollout_correction(config: Mapping[str, Any]) -> Any:
     """Before ``method.rollout_correction`` (added with the plug-in arms), an arm's only correction was its
     ``tis_cap``: the four arms then had none."""
@@ -73,6 +80,7 @@ ADDED_KEYS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "eval.numerics": _eval_numerics,
     "backend.rehearsal_rollout": _rehearsal_rollout,
     "backend.rollout_engine.head_transport": _head_transport,
+    "backend.rollout_engine.log_prob_transport": _log_prob_transport,
     "method.rollout_correction": _rollout_correction,
     "backend.sampler.key_cache_bits": _key_cache_bits,
 }

@@ -290,6 +290,7 @@ class VerlRolloutEngine:
     agent_workers: int = at_least(1)
     logprobs_mode: str = MISSING
     head_transport: str = choice("flat_logprobs", "logits_processor", default="flat_logprobs")
+    log_prob_transport: str = choice("logprobs", "logits_processor", default="logprobs")
     max_num_seqs: int = at_least(1, 256)
     max_num_batched_tokens: int = at_least(1, 8192)
 

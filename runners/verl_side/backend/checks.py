@@ -98,6 +98,22 @@ def _check_launch(cfg: DictConfig) -> None:
             _fail(req.project, value, f"{sc_requirements.as_text(req.want)} for score centering ({req.why})")
 
 
+def _check_log_prob_transport(run: VerlRun) -> None:
+    """``log_prob_transport=logits_processor`` puts every request's sampled log-prob in the processor's files: an
+    SC arm's head then travels in files too, and only the project's vLLM server reads them."""
+    if not run.log_probs_by_processor:
+        return
+    key = "backend.rollout_engine.log_prob_transport=logits_processor"
+    if run.verl_carries_head:
+        raise ConfigError(f"{key} is not allowed with method={run.cfg.method.name} on this verl, which carries the "
+                          "score-centering head with its own vLLM server: the project's server reads the processor's "
+                          "files; use log_prob_transport=logprobs")
+    if run.arm.sc and run.head_transport != "logits_processor":
+        raise ConfigError(f"{key} needs backend.rollout_engine.head_transport=logits_processor for "
+                          f"method={run.cfg.method.name} (got {run.head_transport}): the processor that writes the "
+                          "sampled log-probs writes the head too, and vLLM's flat top-k would ask for log-probs again")
+
+
 def _check_data(run: VerlRun, *, dry_run: bool) -> None:
     cfg = run.cfg
     if not str(_value(cfg, "model.path")):
@@ -125,6 +141,7 @@ def validate(cfg: DictConfig) -> None:
         _fail("backend.name", _value(cfg, "backend.name"), "'verl' for runners.verl_side.backend")
     _check_launch(cfg)
     run = VerlRun.of(cfg)  # the run resolved once, for the checks below
+    _check_log_prob_transport(run)
     extra = extra_overrides(run)
     check_top_k(cfg)  # method.top_k <= the model's vocabulary (runners/verl_side/backend/vocabulary.py)
     check_model_parallelism(cfg, extra)

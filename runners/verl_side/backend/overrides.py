@@ -29,6 +29,7 @@ from ablations.arms import ArmSpec
 from runners.config.hydra_override import override
 from runners.run.verl_files import AttemptPaths
 from runners.verl_side import head as verl_head
+from runners.verl_side import logits_processor
 from runners.verl_side.backend.verl_run import VerlRun
 from runners.verl_side.cluster import ray_cluster
 from runners.verl_side.revisions import config_facts, defects, newer_keys
@@ -65,6 +66,8 @@ def process_env(run: VerlRun, paths: AttemptPaths) -> dict[str, str]:
         env["VERL_ENGINE_VENDOR"] = verl_head.ENGINE_VENDOR
     elif run.verl_carries_head:
         modules.append(SC_HOOK_MODULE)
+    if run.log_probs_by_processor and not run.project_carries_head:  # the plugin's vLLM replica serves every arm
+        modules.append(verl_head.PLUGIN_MODULE)
     if run.placement.shared_gpu:  # both pools on one GPU: Ray must not pin each to a device of its own
         env[SHARED_GPU_ENV] = "1"
     return {**env, **platform_env, "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
@@ -91,7 +94,7 @@ def build_overrides(run: VerlRun, paths: AttemptPaths) -> list[str]:
     correction = _rollout_correction(cfg)
     ov = [*trainer_overrides(run, paths), *data_overrides(cfg), *actor_overrides(cfg), *loss_overrides(cfg, correction),
           *rollout_overrides(cfg), *advantage_and_reward_overrides(cfg, correction), *score_centering_overrides(run),
-          *actor_environment_overrides(run, paths)]
+          *head_processor_overrides(run), *actor_environment_overrides(run, paths)]
     ov = run.platform.overrides(ov, paths.cpu_state)
     return [*ov, *(str(x) for x in cfg.backend.extra_overrides)]
 
@@ -264,12 +267,22 @@ def score_centering_overrides(run: VerlRun) -> list[str]:
         ov.put(f"{config_facts.ROLLOUT}.agent.agent_loop_manager_class", verl_head.MANAGER_CLASS, add=True)
         ov.put(f"{config_facts.ROLLOUT}.custom.{verl_head.CUSTOM_KEY}", int(m.top_k), add=True)
         ov.put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.max_logprobs", int(m.top_k), add=True)  # vLLM's default is 20
-        if run.head_transport == "logits_processor":  # vLLM's engine argument; verl passes it on as --logits-processors
-            ov.put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.logits_processors", verl_head.HEAD_PROCESSOR, add=True)
     elif run.verl_carries_head:  # verl's own (keys of newer verl)
         ov.put(newer_keys.TOPK_KEY, int(m.top_k), add=True)
         ov.put(newer_keys.DRIVER_SC_KEY, True, add=True)
         ov.put(newer_keys.ACTOR_SC_KEY, True, add=True)
+    return ov
+
+
+def head_processor_overrides(run: VerlRun) -> list[str]:
+    """The project's logits processor in vLLM (an SC arm's head in files, or every arm's sampled log-prob) and,
+    for the sampled log-prob, the server's switch (``rollout.custom``, verl's extension point)."""
+    ov = OverrideList()
+    if run.loads_head_processor:  # vLLM's engine argument; verl passes it on as --logits-processors
+        ov.put(f"{config_facts.ROLLOUT}.engine_kwargs.vllm.logits_processors", logits_processor.PROCESSOR, add=True)
+    if run.log_probs_by_processor:
+        ov.put(f"{config_facts.ROLLOUT}.custom.{logits_processor.LOG_PROB_CUSTOM_KEY}", logits_processor.LOG_PROBS_BY_PROCESSOR,
+               add=True)
     return ov
 
 

@@ -51,6 +51,7 @@ class VerlRun:
     platform: Platform
     head_carrier: installed.HeadCarrier | None  # None for an arm without score centering
     head_transport: str
+    log_prob_transport: str
     placement: Placement
 
     @classmethod
@@ -58,12 +59,24 @@ class VerlRun:
         arm = ArmSpec.of(cfg.method)
         return cls(cfg=cfg, arm=arm, platform=platform_for(cfg),
                    head_carrier=installed.head_carrier() if arm.sc else None,
-                   head_transport=str(cfg.backend.rollout_engine.head_transport), placement=Placement.of(cfg))
+                   head_transport=str(cfg.backend.rollout_engine.head_transport),
+                   log_prob_transport=str(cfg.backend.rollout_engine.log_prob_transport), placement=Placement.of(cfg))
 
     @property
     def project_carries_head(self) -> bool:
         """An SC arm whose head the project carries through verl's slots (:mod:`runners.verl_side.head`)."""
         return self.head_carrier is installed.PROJECT_CARRIES
+
+    @property
+    def log_probs_by_processor(self) -> bool:
+        """Every arm's sampled log-prob by the project's logits processor, none asked of vLLM
+        (``backend.rollout_engine.log_prob_transport=logits_processor``; :mod:`runners.verl_side.logits_processor.sampled_file`)."""
+        return self.log_prob_transport == "logits_processor"
+
+    @property
+    def loads_head_processor(self) -> bool:
+        """vLLM runs the project's logits processor: for the SC head's files or the sampled log-probs."""
+        return self.log_probs_by_processor or (self.project_carries_head and self.head_transport == "logits_processor")
 
     @property
     def verl_carries_head(self) -> bool:

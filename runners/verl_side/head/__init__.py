@@ -41,12 +41,6 @@ ENGINE_VENDOR = "sc_ablations_head"
 CUSTOM_KEY = "sc_ablations_topk"
 #: The module every verl process of an SC arm imports (``VERL_USE_EXTERNAL_MODULES``).
 PLUGIN_MODULE = f"{__name__}.plugin"
-#: vLLM's ``logits_processors`` entry (``module:class``) of an SC arm with
-#: ``backend.rollout_engine.head_transport=logits_processor`` (:mod:`~runners.verl_side.head.vllm_logits_head`).
-HEAD_PROCESSOR = f"{__name__}.vllm_logits_head:HeadFileWriter"
-#: The folder for the head files of a server's requests (:mod:`~runners.verl_side.head.head_file`), where set;
-#: else a new folder in ``/dev/shm``.
-HEAD_FILES_ENV = "SC_HEAD_FILES"
 #: The agent-loop manager class of an SC arm (``rollout.agent.agent_loop_manager_class``).
 MANAGER_CLASS = f"{__name__}.agent_loop.HeadAgentLoopManager"
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-ID_DTYPE, LOG_PROB_DTYPE = np.int32, np.float32
+from runners.verl_side.logits_processor.head_file import ID_DTYPE, LOG_PROB_DTYPE  # one definition
+
 BYTES_PER_TOKEN_PER_ID = np.dtype(ID_DTYPE).itemsize + np.dtype(LOG_PROB_DTYPE).itemsize
 
 

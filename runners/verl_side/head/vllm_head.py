@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from runners.verl_side.head import REQUEST_KEY, head_file
+from runners.verl_side.head import REQUEST_KEY
 from runners.verl_side.head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head, empty
+from runners.verl_side.logits_processor import head_file, sampled_file
 
 
 def requested_k(sampling_params: Any) -> int:
@@ -72,15 +73,23 @@ class HeadCapturingEngine:
     """vLLM's ``AsyncLLM`` (``engine``), capturing the head of requests that ask for it (everything else
     is the engine's own). ``logprob_cls`` is vLLM's ``Logprob``.
 
-    Two transports: without ``head_files`` the request asks vLLM for its flat top-k log-probs
+    Two transports of the head: without ``head_files`` the request asks vLLM for its flat top-k log-probs
     (:func:`ask_for_head`); with ``head_files`` (a folder; the engine runs the project's logits processor,
-    :mod:`runners.verl_side.head.vllm_logits_head`) the request names a file there and keeps the log-probs it
-    asked for (verl's ``logprobs=0``: the sampled token's), and the head is read from the file."""
+    :mod:`runners.verl_side.logits_processor.writer`) the request names a file there and the head is read from the
+    file. With ``sampled_by_processor`` (head files needed) every request that asks for the sampled token's
+    log-prob (``logprobs=0``, verl's ask), with or without a head, asks vLLM for none and names a sampled
+    log-prob file (:mod:`runners.verl_side.logits_processor.sampled_file`); its last output then carries those log-probs in
+    vLLM's dict form (:func:`sampled_only`), where verl's server reads them. Without it the request keeps
+    ``logprobs=0`` and the head's rows are checked against vLLM's sampled log-probs."""
 
-    def __init__(self, engine: Any, logprob_cls: type, head_files: str | None = None) -> None:
+    def __init__(self, engine: Any, logprob_cls: type, head_files: str | None = None,
+                 sampled_by_processor: bool = False) -> None:
+        if sampled_by_processor and head_files is None:
+            raise ValueError("the sampled log-probs by the logits processor need its files (head_files)")
         self._engine = engine
         self._logprob_cls = logprob_cls
         self._head_files = head_files
+        self._sampled_by_processor = sampled_by_processor
         self._heads: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -95,7 +104,7 @@ class HeadCapturingEngine:
         self._heads[request_id] = (ids, lps)
         completion.logprobs = sampled_only(token_ids, sampled, self._logprob_cls)
 
-    def _take_file(self, output: Any, request_id: str, k: int, path: str) -> None:
+    async def _take_files(self, output: Any, request_id: str, k: int, path: str, sampled_path: str | None) -> None:
         if request_id in self._heads:
             return
         completion = output.outputs[0] if output is not None and output.outputs else None
@@ -103,32 +112,56 @@ class HeadCapturingEngine:
         if not token_ids:
             self._heads[request_id] = empty(k)
             return
-        ids, lps = head_file.take(path, len(token_ids), k)
-        if completion.logprobs:  # verl's logprobs=0: the sampled token's log-prob, to check the rows' alignment
+        sampled = None
+        if sampled_path is not None:
+            values = await sampled_file.take_sampled(sampled_path, len(token_ids))
+            completion.logprobs = sampled_only(token_ids, values, self._logprob_cls)
+            sampled = values.tolist()
+        elif completion.logprobs:  # verl's logprobs=0: the sampled token's log-prob, to check the rows' alignment
             sampled = [position[t].logprob for t, position in zip(token_ids, completion.logprobs, strict=True)]
+        ids, lps = head_file.take(path, len(token_ids), k) if k else empty(0)
+        if k and sampled is not None:
             head_file.check_aligned(ids, lps, token_ids, sampled)
-        self._heads[request_id] = (ids, lps)
+        self._heads[request_id] = (ids, lps)  # a request without a head: a mark that its files are taken
+
+    def _by_file(self, sampling_params: Any, request_id: str, k: int) -> tuple[Any, str, str | None]:
+        """The request's params naming its files, the head file's path and the sampled file's (or None)."""
+        params = sampling_params.clone()
+        path = f"{self._head_files}/{request_id}.head"
+        extra = dict(params.extra_args or {})
+        if k:
+            extra[head_file.FILE_KEY], extra[head_file.K_KEY] = path, k
+        sampled_path = None
+        if self._sampled_by_processor and sampling_params.logprobs == 0:
+            sampled_path = f"{self._head_files}/{request_id}.sampled"
+            extra[sampled_file.SAMPLED_FILE_KEY] = sampled_path
+            params.logprobs = None
+        params.extra_args = extra
+        return params, path, sampled_path
 
     async def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
         k = requested_k(sampling_params)
-        if not k:
+        by_processor = self._sampled_by_processor and sampling_params.logprobs == 0
+        if not k and not by_processor:
             async for output in self._engine.generate(prompt, sampling_params, request_id, **kwargs):
                 yield output
             return
         if self._head_files is not None:
-            params = sampling_params.clone()
-            path = f"{self._head_files}/{request_id}.head"
-            params.extra_args = {**(params.extra_args or {}), head_file.FILE_KEY: path}
+            params, path, sampled_path = self._by_file(sampling_params, request_id, k)
             last = None
             try:
                 async for output in self._engine.generate(prompt, params, request_id, **kwargs):
                     last = output
                     if output.finished:
-                        self._take_file(output, request_id, k, path)
+                        await self._take_files(output, request_id, k, path, sampled_path)
                     yield output
-                self._take_file(last, request_id, k, path)  # an abort: its tokens so far
+                await self._take_files(last, request_id, k, path, sampled_path)  # an abort: its tokens so far
             finally:
                 head_file.discard(path)
+                if sampled_path is not None:
+                    head_file.discard(sampled_path)
+                if not k:  # no head for the server to pop
+                    self._heads.pop(request_id, None)
             return
         last = None
         async for output in self._engine.generate(prompt, ask_for_head(sampling_params, k), request_id, **kwargs):

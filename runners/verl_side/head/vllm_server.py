@@ -17,9 +17,10 @@ from verl.workers.rollout.replica import TokenOutput
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 from vllm.logprobs import Logprob
 
-from runners.verl_side.head import HEAD_PROCESSOR, TOKEN_IDS, TOKEN_LOG_PROBS
-from runners.verl_side.head.head_file import new_folder
+from runners.verl_side.head import TOKEN_IDS, TOKEN_LOG_PROBS
 from runners.verl_side.head.vllm_head import HeadCapturingEngine, requested_k
+from runners.verl_side.logits_processor import LOG_PROB_CUSTOM_KEY, LOG_PROBS_BY_PROCESSOR, PROCESSOR
+from runners.verl_side.logits_processor.head_file import new_folder
 
 
 class HeadVLLMServer(vLLMHttpServer):
@@ -29,8 +30,14 @@ class HeadVLLMServer(vLLMHttpServer):
         await super().run_server(args)
         # with the head's logits processor loaded (backend.rollout_engine.head_transport=logits_processor) the
         # head travels in files, else as vLLM's flat top-k log-probs
-        files = new_folder() if HEAD_PROCESSOR in (getattr(args, "logits_processors", None) or []) else None
-        self.engine = HeadCapturingEngine(self.engine, Logprob, files)  # node rank 0 owns the engine
+        files = new_folder() if PROCESSOR in (getattr(args, "logits_processors", None) or []) else None
+        # backend.rollout_engine.log_prob_transport=logits_processor: the sampled token's log-prob by the same
+        # processor, for every request that asks for it (verl's logprobs=0), none from vLLM
+        sampled = (self.config.custom or {}).get(LOG_PROB_CUSTOM_KEY) == LOG_PROBS_BY_PROCESSOR
+        if sampled and files is None:
+            raise RuntimeError(f"rollout.custom.{LOG_PROB_CUSTOM_KEY}={LOG_PROBS_BY_PROCESSOR} needs the engine "
+                               f"argument logits_processors={PROCESSOR}, which verl did not pass to vLLM")
+        self.engine = HeadCapturingEngine(self.engine, Logprob, files, sampled)  # node rank 0 owns the engine
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, *args: Any,
                        **kwargs: Any) -> TokenOutput:

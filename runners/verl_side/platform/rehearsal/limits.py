@@ -75,6 +75,10 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"backend.rollout_engine.head_transport={cfg.backend.rollout_engine.head_transport} is not "
                          "allowed with backend.rehearsal_rollout=standin: flat_logprobs (the stand-in returns the head "
                          "itself and runs no vLLM logits processor); backend.rehearsal_rollout=vllm runs it")
+    if not uses_vllm(cfg) and cfg.backend.rollout_engine.log_prob_transport != "logprobs":
+        raise ConfigError(f"backend.rollout_engine.log_prob_transport={cfg.backend.rollout_engine.log_prob_transport} "
+                         "is not allowed with backend.rehearsal_rollout=standin: logprobs (the stand-in computes the "
+                         "log-probs itself and runs no vLLM logits processor); backend.rehearsal_rollout=vllm runs it")
     if int(cfg.backend.placement.rollout_tensor_parallel) != 1:
         raise ConfigError(f"backend.placement.rollout_tensor_parallel={cfg.backend.placement.rollout_tensor_parallel} "
                          "is not allowed on the CPU rehearsal: 1 (its rollout, vLLM's CPU build or the stand-in, is one "

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from runners.config.hydra_override import override, parse
-from runners.verl_side.head import HEAD_FILES_ENV
+from runners.verl_side.logits_processor import FILES_ENV
 from runners.verl_side.platform import rehearsal as cpu
 
 #: Module of the CPU platform, named in ``VERL_USE_EXTERNAL_MODULES`` so that a failed import is loud
@@ -98,7 +98,7 @@ def vllm_rollout_swap(cfg: DictConfig, state_dir: Path) -> Swap:
          **{f"{config_facts.ROLLOUT}.{key}": value for key, value in VLLM_CPU_OVERRIDES.items()}},
         {cpu.ROLLOUT_ENV: cpu.VLLM_ROLLOUT, **VLLM_CPU_ENV,
          "VLLM_CACHE_ROOT": str(state_dir / "vllm_cache"), "VLLM_RPC_BASE_PATH": str(vllm_rpc_folder(state_dir)),
-         HEAD_FILES_ENV: str(head_files_folder(state_dir))})
+         FILES_ENV: str(head_files_folder(state_dir))})
 
 
 def vllm_rpc_folder(state_dir: Path) -> Path:
@@ -116,7 +116,7 @@ def _attempt_tag(state_dir: Path) -> str:
 
 def head_files_folder(state_dir: Path) -> Path:
     """The folder of one attempt's head files (``head_transport=logits_processor``,
-    :mod:`runners.verl_side.head.head_file`): in ``/dev/shm`` (memory), named by the attempt."""
+    :mod:`runners.verl_side.logits_processor.head_file`): in ``/dev/shm`` (memory), named by the attempt."""
     parent = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     return parent / f"sc-vllm-heads-{_attempt_tag(state_dir)}"
 

@@ -1,5 +1,5 @@
 """A request's head in a file the sampler writes row by row (numpy only; the writer is
-:mod:`runners.verl_side.head.vllm_logits_head`).
+:mod:`runners.verl_side.logits_processor.writer`).
 
 The file holds ``max_tokens`` rows of ``k`` ids (int32) and then ``max_tokens`` rows of their ``k``
 log-probs (float32): row ``r`` is the head of generated token ``r``, written when the sampler draws it.
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.verl_side.head.head_layout import ID_DTYPE, LOG_PROB_DTYPE, as_head, bytes_per_token
-
-#: Where a request names its head file: ``SamplingParams.extra_args[FILE_KEY] = path`` (beside
-#: :data:`runners.verl_side.head.REQUEST_KEY` = k).
-FILE_KEY = "sc_ablations_head_file"
+#: The head's ids and log-probs, in a file as in transit to the trainer (:mod:`runners.verl_side.head.head_layout`).
+ID_DTYPE, LOG_PROB_DTYPE = np.int32, np.float32
+#: Where a request names its head file and its size: ``SamplingParams.extra_args[FILE_KEY] = path`` and
+#: ``extra_args[K_KEY] = k``.
+FILE_KEY, K_KEY = "sc_ablations_head_file", "sc_ablations_head_file_k"
 
 
 def file_bytes(k: int, max_tokens: int) -> int:
     """The size of a head file: ids then log-probs, ``max_tokens`` rows each."""
-    return max_tokens * bytes_per_token(k)
+    return max_tokens * k * (np.dtype(ID_DTYPE).itemsize + np.dtype(LOG_PROB_DTYPE).itemsize)
 
 
 def open_rows(path: str | os.PathLike, k: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +57,7 @@ def take(path: str | os.PathLike, tokens: int, k: int) -> tuple[np.ndarray, np.n
     split = rows * k * np.dtype(ID_DTYPE).itemsize
     ids = np.frombuffer(raw, ID_DTYPE, count=rows * k).reshape(rows, k)[:tokens]
     log_probs = np.frombuffer(raw, LOG_PROB_DTYPE, offset=split).reshape(rows, k)[:tokens]
-    return as_head(ids.copy(), log_probs.copy(), k)
+    return ids.copy(), log_probs.copy()
 
 
 def check_aligned(ids: np.ndarray, log_probs: np.ndarray, token_ids: list[int], sampled: list[float],
@@ -79,16 +79,16 @@ def discard(path: str | os.PathLike) -> None:
 
 
 def new_folder() -> str:
-    """The folder for a server's head files: ``$SC_HEAD_FILES`` (:data:`runners.verl_side.head.HEAD_FILES_ENV`,
+    """The folder for a server's request files: ``$SC_HEAD_FILES`` (:data:`runners.verl_side.logits_processor.FILES_ENV`,
     created if absent; whoever set it removes it) where set, else a new folder in ``/dev/shm`` (memory; the
     temporary folder where there is none) that the process removes when it exits normally."""
     import atexit
     import shutil
     import tempfile
 
-    from runners.verl_side.head import HEAD_FILES_ENV
+    from runners.verl_side.logits_processor import FILES_ENV
 
-    if folder := os.environ.get(HEAD_FILES_ENV):
+    if folder := os.environ.get(FILES_ENV):
         Path(folder).mkdir(parents=True, exist_ok=True)
         return folder
     folder = tempfile.mkdtemp(prefix="sc-vllm-heads-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
