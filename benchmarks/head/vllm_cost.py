@@ -23,8 +23,8 @@ the rounds per arm:
 * ``file_by_processor``: the head file and the sampled log-prob file, ``logprobs=None``: an SC rollout with
   ``log_prob_transport=logits_processor``.
 
-The two ``_by_processor`` arms include the engine's removal step (one ``step()`` after ``generate``, which the
-server's busy loop takes by itself) and the reading of the files; their log-probs are checked against
+The two ``_by_processor`` arms include the wait for the engine core's removal step (its own loop takes it after
+``generate`` returns) and the reading of the files; their log-probs are checked against
 ``sampled``'s on the first round (the same seeds draw the same tokens).
 
 The engine loads the logits processor for every arm (it returns at once for requests without a head
@@ -187,7 +187,6 @@ def measure(vocab: int, args: argparse.Namespace) -> dict[str, Any]:
                         p.extra_args |= {REQUEST_KEY: k, K_KEY: k, FILE_KEY: f"{files}/{n}-{i}.head"}
                     params.append(p)
                 outs = llm.generate(prompts, params, use_tqdm=False)
-                llm.llm_engine.step()  # the removal step the server's engine loop takes by itself
                 got = []
                 for out, p in zip(outs, params, strict=True):
                     tokens = len(out.outputs[0].token_ids)

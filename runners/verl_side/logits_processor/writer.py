@@ -116,6 +116,7 @@ class HeadFileWriter(LogitsProcessor):
         return True  # it changes no logit: vLLM calls it after temperature, in the random-sampling path
 
     def _drop(self, index: int) -> None:
+        """A request leaves the batch (removed, or replaced by an added request: vLLM lists only the add)."""
         row = self.rows.pop(index, None)
         if row is not None:
             resolve([row])  # finished, aborted, preempted: its last drawn token is in its list by now
@@ -135,6 +136,8 @@ class HeadFileWriter(LogitsProcessor):
                 self.rows[b] = row_a
             if direction == MoveDirectionality.SWAP and row_b is not None:
                 self.rows[a] = row_b
+            elif row_b is not None:  # a move onto b replaces b's request, which has left the batch
+                resolve([row_b])
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:
