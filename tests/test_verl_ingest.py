@@ -29,7 +29,7 @@ PROBLEMS = {"aime2024": ["aime2024-00", "aime2024-01"], "aime2025": ["aime2025-0
 #: The backend keys a verl run is resolved from (runners.verl_side.backend.verl_run.VerlRun.of), besides the platform.
 RESOLVED_BACKEND = {"placement": {"nnodes": 1, "trainer_gpus_per_node": 1, "rollout_nnodes": 1, "rollout_gpus_per_node": 1,
                                   "rollout_tensor_parallel": 1, "shared_gpu": False},
-                    "rollout_engine": {"head_transport": "flat_logprobs"}}
+                    "rollout_engine": {"head_transport": "flat_logprobs", "log_prob_transport": "logprobs"}}
 
 
 def make_cfg(total_steps: int = 8) -> dict:
