@@ -124,15 +124,16 @@ class HeadCapturingEngine:
             head_file.check_aligned(ids, lps, token_ids, sampled)
         self._heads[request_id] = (ids, lps)  # a request without a head: a mark that its files are taken
 
-    def _by_file(self, sampling_params: Any, request_id: str, k: int) -> tuple[Any, str, str | None]:
-        """The request's params naming its files, the head file's path and the sampled file's (or None)."""
+    def _by_file(self, sampling_params: Any, request_id: str, k: int, by_processor: bool) -> tuple[Any, str, str | None]:
+        """The request's params naming its files, the head file's path and the sampled file's (None unless
+        ``by_processor``)."""
         params = sampling_params.clone()
         path = f"{self._head_files}/{request_id}.head"
         extra = dict(params.extra_args or {})
         if k:
             extra[head_file.FILE_KEY], extra[head_file.K_KEY] = path, k
         sampled_path = None
-        if self._sampled_by_processor and sampling_params.logprobs == 0:
+        if by_processor:
             sampled_path = f"{self._head_files}/{request_id}.sampled"
             extra[sampled_file.SAMPLED_FILE_KEY] = sampled_path
             params.logprobs = None
@@ -147,7 +148,7 @@ class HeadCapturingEngine:
                 yield output
             return
         if self._head_files is not None:
-            params, path, sampled_path = self._by_file(sampling_params, request_id, k)
+            params, path, sampled_path = self._by_file(sampling_params, request_id, k, by_processor)
             last = None
             try:
                 async for output in self._engine.generate(prompt, params, request_id, **kwargs):
