@@ -56,7 +56,7 @@ def test_an_arm_in_one_file_runs_through_every_entry_point(arm_env, tmp_path):
     results, cache = tmp_path / "r", tmp_path / "cache"
     small = [f"results_root={results}", f"backend.cache_dir={cache}", "trainer.total_steps=2",
              "trainer.prompts_per_step=8", "trainer.n=4", "backend.micro_batch_size=16", "trainer.test_freq=2",
-             "trainer.save_freq=2", "eval.n=2", "sweep=plugin"]
+             "trainer.save_freq=2", "eval.n=2", "sweep=plugin", "backend.threads=1"]
     run([*LAUNCH, "-m", "method=pg,halfcap", "seed=1", *small], arm_env)
     sweep = results / "plugin"
     config = (sweep / "halfcap-seed1" / "config.yaml").read_text()

@@ -40,6 +40,7 @@ def small(results: Path, cache: Path, steps: int = 4) -> list[str]:
         f"results_root={results}", f"backend.cache_dir={cache}", f"trainer.total_steps={steps}",
         "trainer.prompts_per_step=8", "trainer.n=4", "backend.micro_batch_size=16", "trainer.test_freq=2",
         "trainer.save_freq=2", "eval.n=2", "model.warmstart.steps=30", "backend.sampler.run_ahead_batches=2",
+        "backend.threads=1",  # conftest.py: one thread a process beside the other worker
     ]
 
 

@@ -35,7 +35,7 @@ def composed(root: Path, steps: int):
     overrides = [f"results_root={root}", f"backend.cache_dir={root / 'cache'}", f"trainer.total_steps={steps}",
                  "trainer.prompts_per_step=8", "trainer.n=4", "backend.micro_batch_size=16", "trainer.test_freq=2",
                  "trainer.save_freq=2", "eval.n=2", "model.warmstart.steps=30", "backend.sampler.run_ahead_batches=2",
-                 "backend.sampler.speed=3", "backend.sampler.speed_jitter=0", "method=sc"]
+                 "backend.sampler.speed=3", "backend.sampler.speed_jitter=0", "method=sc", "backend.threads=1"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose(config_name="config", overrides=overrides)
 

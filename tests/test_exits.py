@@ -98,7 +98,7 @@ def test_ctrl_c_is_recorded_as_stopped_by_the_user(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     overrides = [f"results_root={tmp_path}", f"backend.cache_dir={cache}", "trainer.total_steps=4",
                  "trainer.prompts_per_step=4", "trainer.n=2", "backend.micro_batch_size=8", "trainer.test_freq=2",
-                 "trainer.save_freq=2", "eval.n=2", "model.warmstart.steps=2"]
+                 "trainer.save_freq=2", "eval.n=2", "model.warmstart.steps=2", "backend.threads=1"]
     with initialize_config_dir(config_dir=str(config_checks.CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = validate.run_dir_of(cfg)
