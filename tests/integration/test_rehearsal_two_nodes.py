@@ -52,7 +52,7 @@ from test_rehearsal import (  # noqa: E402
     _syncs,
     _vllm_leftovers,
 )
-from two_node_ray import two_node_cluster  # noqa: E402
+from two_node_ray import NodesOutlived, two_node_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ARMS = ("pg", "sc")
@@ -136,7 +136,7 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
                                     text=True, timeout=120)
             line = [x for x in actors.stdout.splitlines() if x.startswith("ACTORS ")]
             actor_nodes = json.loads(line[-1][7:]) if line else {"<no answer>": [actors.stderr[-2000:]]}
-    except RuntimeError as err:  # a node that outlived SIGKILL (slurm_ray.stop_node)
+    except NodesOutlived as err:  # a failed start or test raises on; only what outlived the stop is recorded
         left.append(str(err))
     finally:
         if ray_dir.exists():

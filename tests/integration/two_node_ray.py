@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,24 +31,50 @@ class Cluster:
     temp_dir: Path
 
 
+class NodesOutlived(RuntimeError):
+    """Processes of the cluster still alive after SIGKILL (raised as the block ends)."""
+
+
+#: Starts of the two nodes tried before the fixture fails: the ports are picked free, then released for ``ray
+#: start`` to bind, so a process elsewhere on the machine (the other test worker's Ray, an outgoing connection in
+#: the ephemeral range) can take one in between; a second start, on fresh ports, is reported on stderr.
+START_TRIES = 2
+
+
+def _start_nodes(temp_dir: Path, port: int, head_gpus: int, worker_gpus: int, common: list[str],
+                 env: dict[str, str]) -> None:
+    ray_start(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
+               f"--ray-client-server-port={free_ports(1)[0]}", f"--num-gpus={head_gpus}", *common, *node_port_args()],
+              env)
+    ray_start([f"--address={LOOPBACK}:{port}", f"--num-gpus={worker_gpus}", *common, *node_port_args()], env)
+
+
 @contextlib.contextmanager
 def two_node_cluster(temp_dir: Path, head_gpus: int, worker_gpus: int, cpus: int = 8) -> Iterator[Cluster]:
     """Two Ray nodes on this machine (the module docstring); ``temp_dir`` is made and must be short (Ray puts
-    Unix sockets in it)."""
+    Unix sockets in it). A failed start raises ``RuntimeError`` naming ``ray start``'s error; processes that
+    outlive the stop raise :class:`NodesOutlived`."""
     temp_dir.mkdir(parents=True, exist_ok=True)
-    (port,) = free_ports(1)
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH")}
     # the node's processes carry the temporary folder in their environment, so that stop_node() finds them all
     env.update(auth, SC_TEST_RAY_CLUSTER=str(temp_dir))
     common = [f"--node-ip-address={LOOPBACK}", "--disable-usage-stats", f"--num-cpus={cpus}"]
-    address = f"{LOOPBACK}:{port}"
     try:
-        ray_start(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
-              f"--ray-client-server-port={free_ports(1)[0]}", f"--num-gpus={head_gpus}", *common, *node_port_args()], env)
-        ray_start([f"--address={address}", f"--num-gpus={worker_gpus}", *common, *node_port_args()], env)
-        yield Cluster(address, auth, temp_dir)
+        for attempt in range(1, START_TRIES + 1):
+            (port,) = free_ports(1)
+            try:
+                _start_nodes(temp_dir, port, head_gpus, worker_gpus, common, env)
+                break
+            except RuntimeError as err:
+                if left := stop_node(temp_dir):
+                    raise NodesOutlived(f"Ray processes of {temp_dir} outlived SIGKILL: {sorted(left)}") from err
+                if attempt == START_TRIES:
+                    raise
+                print(f"two_node_cluster: start {attempt} of {START_TRIES} failed, trying fresh ports: {err}",
+                      file=sys.stderr)
+        yield Cluster(f"{LOOPBACK}:{port}", auth, temp_dir)
     finally:
         left = stop_node(temp_dir)
         if left:
-            raise RuntimeError(f"Ray processes of {temp_dir} outlived SIGKILL: {sorted(left)}")
+            raise NodesOutlived(f"Ray processes of {temp_dir} outlived SIGKILL: {sorted(left)}")

@@ -118,7 +118,7 @@ def ray_start(args: list[str], env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", *args], env=env, capture_output=True,
                          text=True, timeout=300)
     if out.returncode:
-        raise RuntimeError(f"ray start {' '.join(args)} failed: {out.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"ray start {' '.join(args)} failed: {' | '.join(out.stderr.strip().splitlines()[-3:])}")
 
 
 def node_pids(temp_dir: Path) -> set[int]:
