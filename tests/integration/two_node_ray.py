@@ -19,7 +19,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from runners.verl_side.cluster.slurm_ray import free_ports, node_port_args, ray_start, stop_node
+from runners.verl_side.cluster.slurm_ray import (
+    free_ports,
+    node_port_args,
+    pick_worker_window,
+    ray_start,
+    stop_node,
+)
 
 LOOPBACK = "127.0.0.1"
 
@@ -41,12 +47,15 @@ class NodesOutlived(RuntimeError):
 START_TRIES = 2
 
 
-def _start_nodes(temp_dir: Path, port: int, head_gpus: int, worker_gpus: int, common: list[str],
-                 env: dict[str, str]) -> None:
+def _start_nodes(temp_dir: Path, head_gpus: int, worker_gpus: int, common: list[str], env: dict[str, str]) -> int:
+    """Start the head and the worker node; the head's port."""
+    port, client_port, *node_ports = free_ports(8)  # drawn together: eight different ports
+    window = pick_worker_window()
     ray_start(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
-               f"--ray-client-server-port={free_ports(1)[0]}", f"--num-gpus={head_gpus}", *common, *node_port_args()],
-              env)
-    ray_start([f"--address={LOOPBACK}:{port}", f"--num-gpus={worker_gpus}", *common, *node_port_args()], env)
+               f"--ray-client-server-port={client_port}", f"--num-gpus={head_gpus}", *common,
+               *node_port_args(window, node_ports)], env)
+    ray_start([f"--address={LOOPBACK}:{port}", f"--num-gpus={worker_gpus}", *common, *node_port_args(window + 1)], env)
+    return port
 
 
 @contextlib.contextmanager
@@ -62,9 +71,8 @@ def two_node_cluster(temp_dir: Path, head_gpus: int, worker_gpus: int, cpus: int
     common = [f"--node-ip-address={LOOPBACK}", "--disable-usage-stats", f"--num-cpus={cpus}"]
     try:
         for attempt in range(1, START_TRIES + 1):
-            (port,) = free_ports(1)
             try:
-                _start_nodes(temp_dir, port, head_gpus, worker_gpus, common, env)
+                port = _start_nodes(temp_dir, head_gpus, worker_gpus, common, env)
                 break
             except RuntimeError as err:
                 if left := stop_node(temp_dir):

@@ -6,7 +6,8 @@ Hydra job (``runners/launch.py``'s ``main``) in every task (``srun``). :func:`jo
 
 * **task 0, the head** (:func:`head_of_job`, around the verl launch): starts a Ray head on its node
   (``ray start --head``, a temporary folder of its own, every port picked free, token authentication with a
-  token made for the job), writes the head's address and the token to ``<job folder>/<job id>_ray_head.json``
+  token made for the job), writes the head's address, the token and its window of worker ports
+  (:func:`node_port_args`) to ``<job folder>/<job id>_ray_head.json``
   (mode 0600, on the shared filesystem submitit needs anyway: **that file is how the address reaches the
   workers**), waits until every task's node has joined, then runs the arm with ``backend.ray_address`` set to
   the head (the cluster check of :mod:`runners.verl_side.cluster.ray_cluster` then runs against it). When the arm
@@ -104,14 +105,40 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def node_port_args() -> list[str]:
-    """Free ports for every listening process of a node (two nodes may share a machine), and a worker range."""
-    ports = free_ports(6)
+#: Ray's worker processes of one node listen on a window of this many ports (``--min/max-worker-port``).
+WORKER_PORTS = 201
+#: The windows start here and end below the kernel's ephemeral range, from which :func:`free_ports` draws the
+#: node's other ports (and the kernel every outgoing connection's), so none of those can fall in a window.
+WORKER_PORTS_FROM = 10000
+
+
+def worker_windows() -> int:
+    """How many disjoint windows of :data:`WORKER_PORTS` ports lie between :data:`WORKER_PORTS_FROM` and the
+    kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``; Linux's default 32768 where unreadable)."""
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    return max(1, (ephemeral_low - WORKER_PORTS_FROM) // WORKER_PORTS)
+
+
+def pick_worker_window() -> int:
+    """A window for a job's head node; the job's node of task ``rank`` takes ``window + rank``
+    (:func:`node_port_args`), so the nodes of one job never share a port even on one machine."""
+    return secrets.randbelow(worker_windows())
+
+
+def node_port_args(window: int, ports: list[int] | None = None) -> list[str]:
+    """Ports for every listening process of a node (two nodes may share a machine): ``ports``, six free ones
+    (:func:`free_ports`, drawn now where None), and the worker ports of window ``window`` (taken modulo
+    :func:`worker_windows`), below the ephemeral range, so no worker port is one of the six (Ray refuses a port
+    used twice)."""
+    ports = free_ports(6) if ports is None else ports
     names = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
-    low = 30000 + ports[0] % 20000
+    low = WORKER_PORTS_FROM + (window % worker_windows()) * WORKER_PORTS
     return [*(f"{n}={p}" for n, p in zip(names, ports, strict=True)), f"--min-worker-port={low}",
-            f"--max-worker-port={low + 200}"]
+            f"--max-worker-port={low + WORKER_PORTS - 1}"]
 
 
 def ray_start(args: list[str], env: dict[str, str]) -> None:
@@ -167,14 +194,15 @@ def head_of_job(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIM
     temp_dir = Path(tempfile.mkdtemp(prefix=f"sc-ray-{task.job_id}-", dir="/tmp"))
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **auth, NODE_ENV: str(temp_dir)}
-    (port,) = free_ports(1)
+    port, client_port, *node_ports = free_ports(8)  # drawn together: eight different ports
+    window = pick_worker_window()
     address = f"{get_node_ip_address()}:{port}"
     try:
         ray_start(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
-                   "--disable-usage-stats", f"--ray-client-server-port={free_ports(1)[0]}", *node_gpus(cfg),
-                   *node_port_args()], env)
+                   "--disable-usage-stats", f"--ray-client-server-port={client_port}", *node_gpus(cfg),
+                   *node_port_args(window, node_ports)], env)
         staged = task.head_file.with_suffix(".tmp")
-        staged.write_text(json.dumps({"address": address, "temp_dir": str(temp_dir), **auth}))
+        staged.write_text(json.dumps({"address": address, "temp_dir": str(temp_dir), "worker_window": window, **auth}))
         staged.chmod(0o600)
         os.replace(staged, task.head_file)
         os.environ.update(auth)
@@ -198,7 +226,8 @@ def serve_as_worker(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN
     temp_dir = Path(head["temp_dir"])  # a worker node uses the head's folder name, on its own machine
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": head["RAY_AUTH_MODE"],
            "RAY_AUTH_TOKEN": head["RAY_AUTH_TOKEN"], NODE_ENV: f"{temp_dir}-worker{task.rank}"}
-    ray_start([f"--address={head['address']}", "--disable-usage-stats", *node_gpus(cfg), *node_port_args()], env)
+    ray_start([f"--address={head['address']}", "--disable-usage-stats", *node_gpus(cfg),
+               *node_port_args(int(head["worker_window"]) + task.rank)], env)
     worker_tag = Path(env[NODE_ENV])
     try:
         while not task.done_file.exists() and node_pids(worker_tag):
