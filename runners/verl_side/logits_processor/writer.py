@@ -82,8 +82,9 @@ def resolve(rows: list[_Row]) -> None:
 def top_log_probs(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, log_probs)``: each row's ``k`` largest entries of ``log_softmax(logits)``, descending, as
     int32 / float32 arrays, by ``torch.topk`` on a CPU as on a GPU. On one CPU thread, k = 128 of 32 rows
-    (``benchmarks/head/top_log_probs.py``): 12 ms at a vocabulary of 151,936 against 51 ms for numpy's partial
-    selection (``argpartition`` then a sort of the k), 1.3 against 1.2 ms at 4,096, faster from 8,192 up."""
+    (``benchmarks/head/top_log_probs.py``, 2026-12-07): 16 ms at a vocabulary of 151,936 against 24 ms for numpy's
+    partial selection (``argpartition`` then a sort of the k), but 1.5 against 0.6 ms at 4,096; selecting on the
+    logits and shifting the k by ``logsumexp`` is slower at every vocabulary (19 ms at 151,936: docs/rehearsal.md)."""
     return head_of(torch.log_softmax(logits, dim=-1), k)
 
 
