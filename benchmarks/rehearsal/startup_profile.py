@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import subprocess
 import sys
@@ -65,10 +66,10 @@ def sample(launch: subprocess.Popen, since: float) -> dict[int, dict]:
                 cpu = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            row = seen.setdefault(proc.pid, {"title": title(proc), "created": proc.info["create_time"], "cpu": []})
+            now_title = title(proc)
+            row = seen.setdefault(proc.pid, {"title": now_title, "created": proc.info["create_time"], "cpu": []})
             # a Ray worker starts as setup_worker.py / default_worker.py, names itself ray::<actor> once it holds
             # one, and ray::IDLE between tasks: the first actor's name is kept, a gone process's "?" never
-            now_title = title(proc)
             named = row["title"].startswith("ray::") and row["title"] != "ray::IDLE"
             if now_title != "?" and not named and (now_title.startswith("ray::") or row["title"] in ("?", "python", "python3")):
                 row["title"] = now_title
@@ -106,7 +107,7 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="startup_profile_"))
     cmd = [sys.executable, str(REPO / "runners" / "launch.py"), "+experiment=rehearsal", f"method={args.arm}", "seed=42",
            f"results_root={out}", f"backend.rehearsal_rollout={args.rollout}"]
-    env = dict(__import__("os").environ)
+    env = dict(os.environ)
     if args.imports:
         env["PYTHONPROFILEIMPORTTIME"] = "1"
     print("$", " ".join(cmd), flush=True)

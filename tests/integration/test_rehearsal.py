@@ -158,11 +158,14 @@ def _vllm_leftovers(results: Path) -> set[str]:
     xdist worker, has folders of the same names that are not this module's to judge)."""
     import glob
 
+    from omegaconf import OmegaConf
+
     from runners.verl_side.platform.rehearsal import swaps
 
+    vllm = OmegaConf.create({"backend": {"rehearsal_rollout": "vllm"}})
     segments = {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*")}
     folders = {str(folder) for state in results.glob("**/verl/attempt-*/cpu")
-               for folder in (swaps.vllm_rpc_folder(state), swaps.head_files_folder(state)) if folder.exists()}
+               for folder in swaps.leftovers(vllm, state) if folder.exists()}
     return (segments - mapped_files(live_pids(), "/dev/shm/")) | folders
 
 

@@ -19,13 +19,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from runners.verl_side.cluster.slurm_ray import (
-    free_ports,
-    node_port_args,
-    pick_worker_window,
-    ray_start,
-    stop_node,
-)
+from runners.verl_side.cluster.slurm_ray import head_ports, node_port_args, ray_start, stop_node
 
 LOOPBACK = "127.0.0.1"
 
@@ -48,14 +42,13 @@ START_TRIES = 2
 
 
 def _start_nodes(temp_dir: Path, head_gpus: int, worker_gpus: int, common: list[str], env: dict[str, str]) -> int:
-    """Start the head and the worker node; the head's port."""
-    port, client_port, *node_ports = free_ports(8)  # drawn together: eight different ports
-    window = pick_worker_window()
-    ray_start(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
-               f"--ray-client-server-port={client_port}", f"--num-gpus={head_gpus}", *common,
-               *node_port_args(window, node_ports)], env)
-    ray_start([f"--address={LOOPBACK}:{port}", f"--num-gpus={worker_gpus}", *common, *node_port_args(window + 1)], env)
-    return port
+    """Start the head and the worker node (task 1's ports, as a job's: :func:`head_ports`); the head's port."""
+    ports = head_ports()
+    ray_start(["--head", f"--port={ports.port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
+               f"--num-gpus={head_gpus}", *common, *ports.args], env)
+    ray_start([f"--address={LOOPBACK}:{ports.port}", f"--num-gpus={worker_gpus}", *common,
+               *node_port_args(ports.window + 1)], env)
+    return ports.port
 
 
 @contextlib.contextmanager

@@ -122,10 +122,22 @@ def worker_windows() -> int:
     return max(1, (ephemeral_low - WORKER_PORTS_FROM) // WORKER_PORTS)
 
 
-def pick_worker_window() -> int:
-    """A window for a job's head node; the job's node of task ``rank`` takes ``window + rank``
-    (:func:`node_port_args`), so the nodes of one job never share a port even on one machine."""
-    return secrets.randbelow(worker_windows())
+@dataclasses.dataclass(frozen=True)
+class HeadPorts:
+    """The ports of a cluster's head node: ``port`` (its GCS, the cluster's address), ``window`` (its window of worker
+    ports: the node of task ``rank`` takes ``window + rank``, so the nodes of one job never share a port even on one
+    machine) and ``args``, its ``ray start`` arguments for the client server and every other listening process."""
+
+    port: int
+    window: int
+    args: list[str]
+
+
+def head_ports() -> HeadPorts:
+    """Eight free ports drawn together (so all different) and a random window of worker ports, for ``ray start --head``."""
+    port, client_port, *node_ports = free_ports(8)
+    window = secrets.randbelow(worker_windows())
+    return HeadPorts(port, window, [f"--ray-client-server-port={client_port}", *node_port_args(window, node_ports)])
 
 
 def node_port_args(window: int, ports: list[int] | None = None) -> list[str]:
@@ -194,15 +206,14 @@ def head_of_job(cfg: DictConfig, task: JobTask, join_timeout_s: float = JOIN_TIM
     temp_dir = Path(tempfile.mkdtemp(prefix=f"sc-ray-{task.job_id}-", dir="/tmp"))
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **auth, NODE_ENV: str(temp_dir)}
-    port, client_port, *node_ports = free_ports(8)  # drawn together: eight different ports
-    window = pick_worker_window()
-    address = f"{get_node_ip_address()}:{port}"
+    ports = head_ports()
+    address = f"{get_node_ip_address()}:{ports.port}"
     try:
-        ray_start(["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
-                   "--disable-usage-stats", f"--ray-client-server-port={client_port}", *node_gpus(cfg),
-                   *node_port_args(window, node_ports)], env)
+        ray_start(["--head", f"--port={ports.port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
+                   "--disable-usage-stats", *node_gpus(cfg), *ports.args], env)
         staged = task.head_file.with_suffix(".tmp")
-        staged.write_text(json.dumps({"address": address, "temp_dir": str(temp_dir), "worker_window": window, **auth}))
+        staged.write_text(json.dumps({"address": address, "temp_dir": str(temp_dir), "worker_window": ports.window,
+                                      **auth}))
         staged.chmod(0o600)
         os.replace(staged, task.head_file)
         os.environ.update(auth)
