@@ -124,9 +124,8 @@ def worker_windows() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class HeadPorts:
-    """The ports of a cluster's head node: ``port`` (its GCS, the cluster's address), ``window`` (its window of worker
-    ports: the node of task ``rank`` takes ``window + rank``, so the nodes of one job never share a port even on one
-    machine) and ``args``, its ``ray start`` arguments for the client server and every other listening process."""
+    """A head node's ports: ``port`` (its GCS, the cluster's address), ``window`` (of worker ports; task ``rank``'s
+    node takes ``window + rank``, so one job's nodes never share a port) and ``args`` (``ray start``'s for the rest)."""
 
     port: int
     window: int
@@ -141,10 +140,9 @@ def head_ports() -> HeadPorts:
 
 
 def node_port_args(window: int, ports: list[int] | None = None) -> list[str]:
-    """Ports for every listening process of a node (two nodes may share a machine): ``ports``, six free ones
-    (:func:`free_ports`, drawn now where None), and the worker ports of window ``window`` (taken modulo
-    :func:`worker_windows`), below the ephemeral range, so no worker port is one of the six (Ray refuses a port
-    used twice)."""
+    """Ports for every listening process of a node (two may share a machine): ``ports``, six free ones (drawn now
+    where None), and window ``window`` (modulo :func:`worker_windows`) of worker ports, below the ephemeral range,
+    so no worker port is one of the six (Ray refuses a port used twice)."""
     ports = free_ports(6) if ports is None else ports
     names = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
