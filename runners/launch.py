@@ -411,6 +411,15 @@ def _cli(argv: list[str]) -> int:
         return INTERRUPTED
 
 
+def _sweep_stopped(stop: KeyboardInterrupt) -> int:
+    """A stop that reached the launch outside any run (a run records and reports its own: :func:`_stopped`):
+    with ``hydra/launcher=parallel``, the wait on the job processes, whose runs record the stop themselves."""
+    terminated = isinstance(stop, Terminated)
+    say(f"stopped {'by SIGTERM' if terminated else 'by the user (Ctrl-C)'} during the sweep: its finished runs are "
+        "kept; run the same command again to resume the others")
+    return TERMINATED if terminated else INTERRUPTED
+
+
 def _checked_main(argv: list[str]) -> int:
     MISFITS.clear()
     try:
@@ -434,7 +443,10 @@ def _checked_main(argv: list[str]) -> int:
                 say(f"run folder lock: {err}")
                 return FOLDER_BUSY
         # otherwise each job locks its folder in its own process (main)
-        main()
+        try:
+            main()
+        except KeyboardInterrupt as stop:  # outside any run: the parallel launcher's wait, Hydra between jobs
+            return _sweep_stopped(stop)
     if MISFITS:
         say(f"does not fit: the capacity plan of {', '.join(MISFITS)} (each refusal logged above); a launch would be "
             "refused before Ray starts")

@@ -94,6 +94,25 @@ def test_ctrl_c_before_any_run_is_one_line_and_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "stopped by the user (Ctrl-C) before any run started"
 
 
+@pytest.mark.parametrize("stop,status,line", [
+    (KeyboardInterrupt(), launch.INTERRUPTED, "stopped by the user (Ctrl-C) during the sweep"),
+    (launch.Terminated(), launch.TERMINATED, "stopped by SIGTERM during the sweep"),
+])
+def test_a_stop_outside_any_run_after_the_sweep_started_says_so(monkeypatch, capsys, stop, status, line):
+    """hydra/launcher=parallel: the stop reaches the launch in its wait on the job processes, after runs may have
+    finished; "before any run started" would be false."""
+    def stopped():
+        raise stop
+
+    monkeypatch.setattr(launch, "prevalidate", lambda argv: [])
+    monkeypatch.setattr(launch, "jobs_run_in_this_process", lambda argv: False)
+    monkeypatch.setattr(launch, "main", stopped)
+    assert launch.cli(["-m", "method=pg,tis", "hydra/launcher=parallel"]) == status
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(line) and err.endswith("run the same command again to resume the others"), err
+    assert len(err.splitlines()) == 1 and "before any run started" not in err
+
+
 def test_ctrl_c_is_recorded_as_stopped_by_the_user(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     overrides = [f"results_root={tmp_path}", f"backend.cache_dir={cache}", "trainer.total_steps=4",
